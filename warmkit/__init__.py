@@ -1,0 +1,61 @@
+"""warmkit: compile every JIT kernel variant a serving engine will launch, before it serves.
+
+See ``README.md`` and ``docs/`` for the guide; ``docs/architecture.md`` maps
+each concept to its module.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from . import monitor
+from ._backend import Backend, BackendStatus, current_target
+from ._exceptions import (
+    BackendNotImplementedError,
+    BackendUnavailableError,
+    KernelDefinitionError,
+    ManifestError,
+    PluginFailure,
+    PluginLoadError,
+    RuntimeCompileError,
+    WarmkitError,
+    WarmupError,
+)
+from ._kernel import JitKernel
+from ._registry import Registration, WarmupRegistry, activate, default_registry
+from ._space import Choices, IntRange, ZipGroup, zip_inputs
+from ._warmup import ReportEntry, WarmupConfig, WarmupReport, warmup
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Backend",
+    "BackendNotImplementedError",
+    "BackendStatus",
+    "BackendUnavailableError",
+    "Choices",
+    "IntRange",
+    "JitKernel",
+    "KernelDefinitionError",
+    "ManifestError",
+    "PluginFailure",
+    "PluginLoadError",
+    "Registration",
+    "ReportEntry",
+    "RuntimeCompileError",
+    "WarmkitError",
+    "WarmupConfig",
+    "WarmupError",
+    "WarmupRegistry",
+    "WarmupReport",
+    "ZipGroup",
+    "__version__",
+    "activate",
+    "current_target",
+    "default_registry",
+    "monitor",
+    "warmup",
+    "zip_inputs",
+]
+
+logging.getLogger(__name__).addHandler(logging.NullHandler())

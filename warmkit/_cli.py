@@ -1,0 +1,228 @@
+"""The ``warmkit`` command line.
+
+Exit codes: 0 ok, 1 warmup failures, 2 usage errors (bad arguments, an
+unreadable manifest, a missing backend). An error prints one line; ``-v``
+adds the traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import traceback
+from collections.abc import Sequence
+from typing import Any, NoReturn
+
+from . import __version__
+from ._exceptions import (
+    BackendUnavailableError,
+    ManifestError,
+    PluginLoadError,
+    WarmupError,
+)
+
+__all__ = ["main"]
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_USAGE, f"warmkit: error: {message}\n")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="warmkit", description="Compile JIT kernels before serving.")
+    p.add_argument("--version", action="store_true", help="print versions of warmkit and plugins")
+    p.add_argument(
+        "-v", "--verbose", action="count", default=0, help="more logs; tracebacks on error"
+    )
+    sub = p.add_subparsers(dest="command", parser_class=_Parser)
+
+    s = sub.add_parser("list", help="installed backends and kernels")
+    s.add_argument("--json", action="store_true")
+
+    s = sub.add_parser("plan", help="the keys a manifest expands to, per kernel")
+    s.add_argument("manifest")
+    s.add_argument("--json", action="store_true")
+
+    s = sub.add_parser("warmup", help="compile every key of a manifest")
+    s.add_argument("manifest")
+    s.add_argument("--target", help="compile for this target, e.g. cuda:90 (default: this device)")
+    s.add_argument("-j", "--jobs", type=int, help="parallel compiles (default: CPU count)")
+    s.add_argument("--monitor", choices=("off", "warn", "error"), help="monitor mode afterwards")
+    s.add_argument("--on-error", choices=("raise", "collect"), default="collect")
+    s.add_argument("--json", action="store_true")
+
+    return p
+
+
+def _versions() -> str:
+    from ._plugins import BACKENDS_GROUP, KERNELS_GROUP, discover
+
+    lines = [f"warmkit {__version__}"]
+    for group in (BACKENDS_GROUP, KERNELS_GROUP):
+        for info in discover(group):
+            lines.append(f"  {group} {info.name}: {info.distribution} {info.version}")
+    return "\n".join(lines)
+
+
+def _cmd_list(args: argparse.Namespace) -> int:
+    from ._plugins import BACKENDS_GROUP, KERNELS_GROUP, discover, get_backend
+
+    backends = []
+    for info in discover(BACKENDS_GROUP):
+        row: dict[str, Any] = {
+            "name": info.name,
+            "distribution": info.distribution,
+            "distribution_version": info.version,
+            "entry_point": info.value,
+        }
+        try:
+            status = get_backend(info.name).available()
+            row |= {
+                "available": status.ok,
+                "version": status.version,
+                "reason": status.reason,
+                "install_hint": status.install_hint,
+            }
+        except Exception as exc:  # noqa: BLE001 -- one broken plugin must not hide the others
+            row |= {"available": False, "version": None, "reason": str(exc), "install_hint": None}
+        if info.conflicts:
+            row["conflicts"] = list(info.conflicts)
+        backends.append(row)
+    kernels = [
+        {
+            "name": i.name,
+            "distribution": i.distribution,
+            "distribution_version": i.version,
+            "entry_point": i.value,
+            **({"conflicts": list(i.conflicts)} if i.conflicts else {}),
+        }
+        for i in discover(KERNELS_GROUP)
+    ]
+    if args.json:
+        print(json.dumps({"backends": backends, "kernels": kernels}, indent=2))
+        return EXIT_OK
+    print("backends:")
+    for b in backends:
+        state = "available" if b["available"] else "unavailable"
+        extra = f" ({b['reason']})" if b["reason"] else ""
+        hint = f" -> {b['install_hint']}" if b["install_hint"] and not b["available"] else ""
+        ver = f" {b['version']}" if b["version"] else ""
+        print(
+            f"  {b['name']:<12} {state}{ver}{extra}{hint}  [{b['distribution']} {b['distribution_version']}]"
+        )
+    if not backends:
+        print("  (none)")
+    print("kernels:")
+    for k in kernels:
+        print(
+            f"  {k['name']:<28} {k['entry_point']}  [{k['distribution']} {k['distribution_version']}]"
+        )
+    if not kernels:
+        print("  (none)")
+    return EXIT_OK
+
+
+def _cmd_plan(args: argparse.Namespace) -> int:
+    from ._registry import WarmupRegistry
+
+    registry = WarmupRegistry.load(args.manifest)
+    plan = registry.plan()
+    if args.json:
+        print(json.dumps({k: [repr(key) for key in keys] for k, keys in plan.items()}, indent=2))
+        return EXIT_OK
+    for name, keys in plan.items():
+        print(f"{name}: {len(keys)} key(s)")
+        for key in keys:
+            print(f"  {key!r}")
+    print(f"total: {sum(map(len, plan.values()))} key(s) in {len(plan)} kernel(s)")
+    return EXIT_OK
+
+
+def _cmd_warmup(args: argparse.Namespace) -> int:
+    from ._registry import WarmupRegistry
+    from ._warmup import WarmupConfig, warmup
+
+    registry = WarmupRegistry.load(args.manifest)
+    overrides: dict[str, Any] = {"on_error": args.on_error}
+    if args.target:
+        overrides["target"] = args.target
+    if args.jobs is not None:
+        overrides["jobs"] = args.jobs
+    if args.monitor:
+        overrides["monitor"] = args.monitor
+    if args.json:
+        overrides["progress"] = "off"
+    config = WarmupConfig.from_env(**overrides)
+    try:
+        report = warmup(config, registry)
+    except WarmupError as exc:
+        if exc.report is None:
+            raise
+        _print_report(exc.report, args.json)
+        print(f"warmkit: {exc.report.count('failed')} key(s) failed", file=sys.stderr)
+        return EXIT_FAILED
+    _print_report(report, args.json)
+    return EXIT_OK
+
+
+def _print_report(report: Any, as_json: bool) -> None:
+    print(report.to_json() if as_json else report.table())
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit code."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG
+        if args.verbose > 1
+        else logging.INFO
+        if args.verbose
+        else logging.WARNING,
+        format="%(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    if args.version:
+        print(_versions())
+        return EXIT_OK
+    commands = {"list": _cmd_list, "plan": _cmd_plan, "warmup": _cmd_warmup}
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    try:
+        return commands[args.command](args)
+    except (
+        ManifestError,
+        BackendUnavailableError,
+        PluginLoadError,
+        FileNotFoundError,
+        ValueError,
+        TypeError,
+        LookupError,
+    ) as exc:
+        _error(exc, args.verbose)
+        return EXIT_USAGE
+    except WarmupError as exc:
+        _error(exc, args.verbose)
+        return EXIT_FAILED
+    except Exception as exc:  # noqa: BLE001 -- the CLI turns any error into one line
+        _error(exc, args.verbose)
+        return EXIT_FAILED
+
+
+def _error(exc: BaseException, verbose: int) -> None:
+    if verbose:
+        traceback.print_exception(exc, file=sys.stderr)
+    first = " ".join(line.strip() for line in str(exc).splitlines()) or type(exc).__name__
+    more = "" if verbose else " (run with -v for the traceback)"
+    print(f"warmkit: error: {type(exc).__name__}: {first}{more}", file=sys.stderr)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,140 @@
+"""Every ``WARMKIT_*`` environment variable, in one table.
+
+Values are read when asked for (never cached at import), so a test or a
+launcher may set them at any time before ``WarmupConfig.from_env()``.
+``docs/configuration.md`` documents the same table; a test keeps them equal.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+
+__all__ = ["ENVIRONMENT", "EnvVar", "get"]
+
+
+def _bool(raw: str) -> bool:
+    v = raw.strip().lower()
+    if v in ("1", "true", "yes", "on"):
+        return True
+    if v in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError(f"expected 1/0, true/false, yes/no or on/off, got {raw!r}")
+
+
+def _opt_int(raw: str) -> int | None:
+    v = raw.strip().lower()
+    if v in ("", "auto"):
+        return None
+    n = int(v)
+    if n < 1:
+        raise ValueError(f"expected a positive integer or 'auto', got {raw!r}")
+    return n
+
+
+def _pos_int(raw: str) -> int:
+    n = int(raw.strip().replace("_", ""))
+    if n < 1:
+        raise ValueError(f"expected a positive integer, got {raw!r}")
+    return n
+
+
+def _opt_str(raw: str) -> str | None:
+    return raw.strip() or None
+
+
+def _names(raw: str) -> tuple[str, ...]:
+    return tuple(sorted({n.strip() for n in raw.split(",") if n.strip()}))
+
+
+def _choice(*choices: str) -> Callable[[str], str]:
+    def parse(raw: str) -> str:
+        v = raw.strip().lower()
+        if v not in choices:
+            raise ValueError(f"expected one of {', '.join(choices)}, got {raw!r}")
+        return v
+
+    return parse
+
+
+@attrs.frozen
+class EnvVar:
+    """One environment variable: its default (when unset), its parser and what it does."""
+
+    default: Any
+    parse: Callable[[str], Any]
+    doc: str
+
+
+ENVIRONMENT: dict[str, EnvVar] = {
+    # Master switch: 0 makes warmkit.warmup() return at once, importing no backend.
+    "WARMKIT_ENABLED": EnvVar(True, _bool, "WarmupConfig.enabled: 0 disables warmup entirely."),
+    # What a compile after warmup does: off, warn (one warning per kernel and key), error.
+    "WARMKIT_MONITOR": EnvVar(
+        "warn", _choice("off", "warn", "error"), "WarmupConfig.monitor: off, warn or error."
+    ),
+    # Parallel compile jobs; unset or 'auto' = the number of CPUs.
+    "WARMKIT_JOBS": EnvVar(
+        None, _opt_int, "WarmupConfig.jobs: parallel compiles; unset/auto = CPU count."
+    ),
+    # Compile for a declared target instead of this device, e.g. cuda:90 on a CPU-only host.
+    "WARMKIT_TARGET": EnvVar(
+        None, _opt_str, "WarmupConfig.target: e.g. cuda:90; unset = the current device."
+    ),
+    # raise: stop at the first failure; collect: compile everything, then raise once.
+    "WARMKIT_ON_ERROR": EnvVar(
+        "raise", _choice("raise", "collect"), "WarmupConfig.on_error: raise or collect."
+    ),
+    # Progress bar: auto (on a TTY, rank 0 only), on, off.
+    "WARMKIT_PROGRESS": EnvVar(
+        "auto", _choice("auto", "on", "off"), "WarmupConfig.progress: auto, on or off."
+    ),
+    # Comma-separated backends to warm up; kernels of other backends are skipped.
+    "WARMKIT_BACKENDS": EnvVar(
+        None, _names, "WarmupConfig.backends: comma-separated allow-list; unset = all."
+    ),
+    # Plugin allow-list for discovery: unset = every installed plugin, empty = none.
+    "WARMKIT_PLUGINS": EnvVar(
+        None,
+        _names,
+        "Entry-point names warmkit may load (backends and kernels); unset = all, empty = none.",
+    ),
+    # Budget for one search-space expansion, checked before any work.
+    "WARMKIT_MAX_POINTS": EnvVar(
+        1_000_000, _pos_int, "Default JitKernel.max_points: the largest space expanded."
+    ),
+    # This process's rank; progress bars show on rank 0 only. Falls back to RANK.
+    "WARMKIT_RANK": EnvVar(
+        None, lambda raw: int(raw.strip()), "Process rank for progress bars; unset = RANK, else 0."
+    ),
+}
+
+
+def get(name: str) -> Any:
+    """The parsed value of ``name`` from the environment, or its default when unset.
+
+    Raises:
+        KeyError: ``name`` is not in the table.
+        ValueError: the variable is set to something it cannot parse; the
+            message names the variable.
+    """
+    var = ENVIRONMENT[name]
+    raw = os.environ.get(name)
+    if raw is None:
+        return var.default
+    try:
+        return var.parse(raw)
+    except ValueError as exc:
+        raise ValueError(f"environment variable {name}={raw!r} is invalid: {exc}") from None
+
+
+def rank() -> int:
+    """This process's rank: ``WARMKIT_RANK``, else ``RANK``, else 0."""
+    r = get("WARMKIT_RANK")
+    if r is None:
+        raw = os.environ.get("RANK", "").strip()
+        r = int(raw) if raw.lstrip("-").isdigit() else 0
+    return r

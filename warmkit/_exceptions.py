@@ -1,0 +1,215 @@
+"""Every exception warmkit raises, in one hierarchy.
+
+```
+WarmkitError
+├── KernelDefinitionError (TypeError)      a JitKernel subclass is malformed
+├── ManifestError (ValueError)             a manifest cannot be read or resolved
+├── PluginLoadError (ImportError)          one or more plugins failed to import
+├── BackendUnavailableError (RuntimeError) a backend is missing or cannot run here
+├── BackendNotImplementedError (NotImplementedError)  a stub backend was asked to compile
+├── WarmupError (RuntimeError)             a compile failed during warmup
+└── RuntimeCompileError (RuntimeError)     a compile after warmup, in monitor "error" mode
+```
+
+Each error carries the object it is about as attributes (kernel, key, plugin,
+backend ...) so callers never parse messages.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = [
+    "BackendNotImplementedError",
+    "BackendUnavailableError",
+    "KernelDefinitionError",
+    "ManifestError",
+    "PluginFailure",
+    "PluginLoadError",
+    "RuntimeCompileError",
+    "WarmkitError",
+    "WarmupError",
+]
+
+
+class WarmkitError(Exception):
+    """Base class of every warmkit error."""
+
+
+class KernelDefinitionError(WarmkitError, TypeError):
+    """A ``JitKernel`` subclass is malformed; raised when the class is defined.
+
+    Attributes:
+        kernel: the offending class.
+    """
+
+    def __init__(self, kernel: type, problem: str) -> None:
+        self.kernel = kernel
+        self.problem = problem
+        super().__init__(f"{kernel.__module__}.{kernel.__qualname__}: {problem}")
+
+
+class ManifestError(WarmkitError, ValueError):
+    """A manifest is malformed, of an unknown version, or names a kernel that cannot be loaded.
+
+    Attributes:
+        path: the manifest's path, if it came from a file.
+    """
+
+    def __init__(self, message: str, *, path: Any = None) -> None:
+        self.path = path
+        super().__init__(f"{path}: {message}" if path is not None else message)
+
+
+class PluginFailure:
+    """One plugin that failed to load.
+
+    Attributes:
+        name: the entry-point name.
+        group: the entry-point group.
+        value: the entry point's ``module:attr``.
+        distribution: the distribution that provides it, if known.
+        version: that distribution's version, if known.
+        error: the exception raised while loading it.
+    """
+
+    __slots__ = ("distribution", "error", "group", "name", "value", "version")
+
+    def __init__(
+        self,
+        name: str,
+        group: str,
+        value: str,
+        distribution: str | None,
+        version: str | None,
+        error: BaseException,
+    ) -> None:
+        self.name = name
+        self.group = group
+        self.value = value
+        self.distribution = distribution
+        self.version = version
+        self.error = error
+
+    def __str__(self) -> str:
+        dist = (
+            f"{self.distribution} {self.version}" if self.distribution else "unknown distribution"
+        )
+        return (
+            f"plugin {self.name!r} ({self.group}, {self.value}, from {dist}): "
+            f"{type(self.error).__name__}: {self.error}"
+        )
+
+    def __repr__(self) -> str:
+        return f"<PluginFailure {self}>"
+
+
+class PluginLoadError(WarmkitError, ImportError):
+    """One or more plugins could not be loaded.
+
+    Attributes:
+        failures: one ``PluginFailure`` per plugin, with its distribution, version and cause.
+    """
+
+    def __init__(self, failures: Sequence[PluginFailure]) -> None:
+        self.failures = tuple(failures)
+        lines = "\n".join(f"  - {f}" for f in self.failures)
+        super().__init__(
+            f"{len(self.failures)} warmkit plugin(s) failed to load:\n{lines}\n"
+            "Fix or uninstall the plugin, or leave it out of WARMKIT_PLUGINS."
+        )
+
+
+class BackendUnavailableError(WarmkitError, RuntimeError):
+    """A backend is not installed, failed its availability check, or is not allowed.
+
+    Attributes:
+        backend: the backend's entry-point name.
+        kernel: the kernel that needed it, if any.
+        reason: why it is unavailable.
+        install_hint: the command that fixes it, if known.
+    """
+
+    def __init__(
+        self,
+        backend: str,
+        reason: str,
+        *,
+        kernel: str | None = None,
+        install_hint: str | None = None,
+    ) -> None:
+        self.backend = backend
+        self.kernel = kernel
+        self.reason = reason
+        self.install_hint = install_hint
+        who = f"kernel {kernel!r} needs backend {backend!r}" if kernel else f"backend {backend!r}"
+        hint = f"; to fix: {install_hint}" if install_hint else ""
+        super().__init__(f"{who}, which is unavailable: {reason}{hint}")
+
+
+class BackendNotImplementedError(WarmkitError, NotImplementedError):
+    """A stub backend was asked to compile.
+
+    Attributes:
+        backend: the stub's name.
+    """
+
+    def __init__(self, backend: str, message: str) -> None:
+        self.backend = backend
+        super().__init__(message)
+
+
+class WarmupError(WarmkitError, RuntimeError):
+    """A compile failed during warmup.
+
+    Attributes:
+        kernel: the kernel's name (of the first failure).
+        key: the compile key (of the first failure).
+        elapsed: seconds spent on that key before it failed.
+        failures: every ``ReportEntry`` that failed (one in fail-fast mode).
+        report: the ``WarmupReport`` so far: what succeeded is listed too.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        kernel: str | None = None,
+        key: Any = None,
+        elapsed: float | None = None,
+        failures: Sequence[Any] = (),
+        report: Any = None,
+    ) -> None:
+        self.kernel = kernel
+        self.key = key
+        self.elapsed = elapsed
+        self.failures = tuple(failures)
+        self.report = report
+        super().__init__(message)
+
+
+class RuntimeCompileError(WarmkitError, RuntimeError):
+    """A kernel variant would compile after warmup while the monitor is in ``"error"`` mode.
+
+    Raised *before* compiling.
+
+    Attributes:
+        kernel: the kernel's name.
+        key: the key (or backend specialization) that missed.
+        backend: the backend's name.
+        context: the caller's runtime context, if any.
+    """
+
+    def __init__(self, kernel: str, key: Any, backend: str | None, context: Any = None) -> None:
+        self.kernel = kernel
+        self.key = key
+        self.backend = backend
+        self.context = context
+        ctx = f" (context: {context})" if context is not None else ""
+        super().__init__(
+            f"runtime compile of kernel {kernel!r} key {key!r} on backend {backend!r}{ctx} "
+            "after warmup. Add this variant to the kernel's registrations or manifest, "
+            "wrap a legitimate lazy compile in warmkit.monitor.allow(reason), "
+            "or set the monitor to 'warn'."
+        )

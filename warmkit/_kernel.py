@@ -1,0 +1,350 @@
+"""The kernel contract: ``JitKernel``.
+
+A kernel wrapper declares its compiled variants in one place:
+
+* ``CompileKey``: a frozen, hashable class naming one compiled variant;
+* ``dispatch(self, *, ...)``: ordinary Python mapping one call site to its key.
+  It runs natively both at runtime and during warmup, so the two cannot drift.
+
+The class is checked when it is defined (``KernelDefinitionError``). The AST of
+``dispatch`` is read only to learn which inputs it reads, so that an input it
+never reads is not expanded during warmup.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import inspect
+import logging
+import textwrap
+import threading
+import time
+from collections.abc import Hashable
+from concurrent.futures import Future
+from typing import Any, ClassVar, Generic, TypeVar
+
+from . import _envs, monitor
+from ._backend import current_target, target_scope
+from ._exceptions import KernelDefinitionError
+from ._space import DispatchInfo, expand
+
+__all__ = ["JitKernel"]
+
+logger = logging.getLogger(__name__)
+
+K = TypeVar("K", bound=Hashable)
+
+_PLAIN_SCALARS = (type(None), bool, int, float, str)
+
+
+class JitKernel(Generic[K]):
+    """Base class of a JIT-compiled kernel wrapper.
+
+    A subclass defines a nested frozen ``CompileKey`` class and a keyword-only
+    ``dispatch``; the class attribute ``backend`` names the backend plugin
+    (entry point in ``warmkit.backends``) that compiles it, unless the subclass
+    overrides ``compile`` itself. Kernels must be constructible with no
+    arguments, so that a manifest can be replayed in another process.
+
+    Class attributes:
+        backend: the backend's entry-point name, e.g. ``"triton"``.
+        name: a stable identifier; defaults to ``module.QualName``.
+        max_points: the largest search space ``get_warmup_keys`` expands
+            (``WARMKIT_MAX_POINTS``, default 1,000,000).
+    """
+
+    backend: ClassVar[str | None] = None
+    name: ClassVar[str] = "warmkit.JitKernel"
+    max_points: ClassVar[int | None] = None
+
+    CompileKey: ClassVar[type]
+    _warmkit_dispatch_info: ClassVar[DispatchInfo]
+    _warmkit_executors: ClassVar[dict[Any, Any]]
+    _warmkit_target_executors: ClassVar[dict[tuple[str, Any], Any]]
+    _warmkit_inflight: ClassVar[dict[tuple[str | None, Any], Future[Any]]]
+    _warmkit_lock: ClassVar[threading.Lock]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "name" not in cls.__dict__:
+            cls.name = f"{cls.__module__}.{cls.__qualname__}"
+        key_cls = getattr(cls, "CompileKey", None)
+        has_dispatch = cls.dispatch is not JitKernel.dispatch
+        if key_cls is None and not has_dispatch:
+            # An intermediate base such as a backend's TritonKernel: nothing to check yet.
+            return
+        if key_cls is None:
+            raise KernelDefinitionError(cls, "defines dispatch() but no nested CompileKey class")
+        if not has_dispatch:
+            raise KernelDefinitionError(cls, "defines CompileKey but no dispatch(self, *, ...)")
+        _check_key(cls, key_cls)
+        cls._warmkit_dispatch_info = _analyse_dispatch(cls)
+        if cls.backend is None and cls.compile is JitKernel.compile:
+            raise KernelDefinitionError(
+                cls,
+                'sets no backend: add backend = "<entry point in warmkit.backends>" '
+                "(e.g. 'triton') or override compile(self, key)",
+            )
+        cls._warmkit_executors = {}
+        cls._warmkit_target_executors = {}
+        cls._warmkit_inflight = {}
+        cls._warmkit_lock = threading.Lock()
+
+    # -- the contract --------------------------------------------------------------
+
+    def dispatch(self, **inputs: Any) -> K:
+        """Map one call site's inputs to its ``CompileKey``. Override with keyword-only inputs."""
+        raise NotImplementedError(f"{type(self).__qualname__} must define dispatch(self, *, ...)")
+
+    def get_warmup_keys(self, *zip_groups: Any, where: Any = None, **space: Any) -> list[K]:
+        """Expand a search space over ``dispatch``; return the unique keys in first-seen order.
+
+        Override to derive a space from the kernel's own configuration.
+
+        Raises:
+            TypeError: an input dispatch does not accept, a positional argument
+                that is not a ``zip_inputs`` group, a key field the key rejects.
+            ValueError: a name given twice, or more points than ``max_points``.
+        """
+        cls = self._concrete()
+        return expand(  # type: ignore[return-value]
+            cls.name,
+            self.dispatch,
+            cls._warmkit_dispatch_info,
+            zip_groups,
+            where,
+            space,
+            self.max_points or _envs.get("WARMKIT_MAX_POINTS"),
+        )
+
+    def compile(self, key: K) -> Any:
+        """Make ``key``'s variant available and return its launchable executor.
+
+        The default delegates to the ``backend`` plugin, for the target of the
+        warmup in progress (``warmkit.current_target()``; ``None`` = this device).
+        """
+        from ._plugins import get_backend
+
+        cls = self._concrete()
+        backend = get_backend(cls.backend, kernel=cls.name)  # type: ignore[arg-type]
+        return backend.compile(self, key, current_target())
+
+    def get_or_compile(self, key: K, *, runtime_context: Any = None) -> Any:
+        """The runtime entry: the cached executor for ``key``, compiling it on a miss.
+
+        A miss after warmup is reported to ``warmkit.monitor`` first; in
+        ``"error"`` mode that raises ``RuntimeCompileError`` before compiling.
+        """
+        try:
+            return self._warmkit_executors[key]
+        except KeyError:
+            pass
+        except AttributeError:
+            self._concrete()
+        cls = type(self)
+        monitor.on_miss(kernel=cls.name, key=key, backend=cls.backend, context=runtime_context)
+        t0 = time.perf_counter()
+        executor, cached = self._warmkit_compile(key, None, runtime_context)
+        if not cached:
+            monitor.record(
+                kernel=cls.name,
+                key=key,
+                backend=cls.backend,
+                context=runtime_context,
+                seconds=time.perf_counter() - t0,
+                kind="compile",
+            )
+        return executor
+
+    def register_warmup(self, *zip_groups: Any, **space: Any) -> None:
+        """Record ``(kernel, space)`` in the active ``WarmupRegistry``; compile nothing.
+
+        Outside an active registry this does nothing (one DEBUG log line).
+
+        Raises:
+            TypeError: a value that is not plain immutable data (None, bool,
+                int, float, str, tuples of these, or a search-space object),
+                or an input dispatch does not accept.
+        """
+        from ._registry import active_registry
+
+        cls = self._concrete()
+        for name, value in space.items():
+            _check_plain(cls.name, name, value)
+        for i, group in enumerate(zip_groups):
+            for row in getattr(group, "rows", ()):
+                for name, value in zip(group.names, row):
+                    _check_plain(cls.name, f"{name} (zip group {i})", value, allow_space=False)
+        registry = active_registry()
+        if registry is None:
+            logger.debug(
+                "kernel %s: register_warmup(%s) outside an active registry; ignored",
+                cls.name,
+                ", ".join(space),
+            )
+            return
+        registry.add(self, *zip_groups, **space)
+
+    def warmup(self, *zip_groups: Any, where: Any = None, **space: Any) -> list[K]:
+        """Expand the space and compile every key now, for this device; return the keys."""
+        keys = self.get_warmup_keys(*zip_groups, where=where, **space)
+        for key in keys:
+            self._warmkit_compile(key, None, None)
+        return keys
+
+    # -- internals shared with warmkit.warmup ------------------------------------------
+
+    @classmethod
+    def _concrete(cls) -> type[JitKernel[Any]]:
+        if not hasattr(cls, "_warmkit_dispatch_info"):
+            raise TypeError(
+                f"{cls.__qualname__} is an abstract kernel base: subclass it with a "
+                "CompileKey and a dispatch()"
+            )
+        return cls
+
+    def _warmkit_compile(
+        self, key: K, target: str | None, runtime_context: Any = None
+    ) -> tuple[Any, bool]:
+        """Compile ``key`` for ``target`` once per process; return ``(executor, was_cached)``.
+
+        Concurrent callers for one key wait for a single compile.
+        """
+        cls = type(self)
+        cache: dict[Any, Any] = (
+            cls._warmkit_executors if target is None else cls._warmkit_target_executors
+        )
+        ckey = key if target is None else (target, key)
+        with cls._warmkit_lock:
+            if ckey in cache:
+                return cache[ckey], True
+            fut = cls._warmkit_inflight.get((target, key))
+            owner = fut is None
+            if owner:
+                fut = cls._warmkit_inflight[(target, key)] = Future()
+        assert fut is not None
+        if not owner:
+            return fut.result(), True
+        try:
+            with monitor.managed_compile(), target_scope(target):
+                executor = self.compile(key)
+            if executor is None:
+                ctx = (
+                    f", runtime context {runtime_context!r}" if runtime_context is not None else ""
+                )
+                raise RuntimeError(
+                    f"kernel {cls.name!r}: compile({key!r}) returned None{ctx}; compile() must "
+                    "return the launchable executor, so that nothing compiles silently later"
+                )
+        except BaseException as exc:
+            with cls._warmkit_lock:
+                del cls._warmkit_inflight[(target, key)]
+            fut.set_exception(exc)
+            raise
+        with cls._warmkit_lock:
+            cache[ckey] = executor
+            del cls._warmkit_inflight[(target, key)]
+        fut.set_result(executor)
+        return executor, False
+
+    @classmethod
+    def _warmkit_forget(cls) -> None:
+        """Drop every cached executor of this kernel (tests, benchmarks)."""
+        with cls._warmkit_lock:
+            cls._warmkit_executors.clear()
+            cls._warmkit_target_executors.clear()
+
+
+# -- definition-time checks ------------------------------------------------------------
+
+
+def _check_key(cls: type, key_cls: Any) -> None:
+    if not isinstance(key_cls, type):
+        raise KernelDefinitionError(cls, f"CompileKey must be a class, got {key_cls!r}")
+    frozen = False
+    if dataclasses.is_dataclass(key_cls):
+        frozen = key_cls.__dataclass_params__.frozen  # type: ignore[attr-defined]
+    elif getattr(key_cls, "__attrs_attrs__", None) is not None:
+        frozen = getattr(key_cls.__setattr__, "__name__", "") == "_frozen_setattrs"
+    elif issubclass(key_cls, tuple) and hasattr(key_cls, "_fields"):
+        frozen = True
+    if not frozen:
+        raise KernelDefinitionError(
+            cls,
+            "CompileKey must be frozen: decorate it with @attrs.frozen or @dataclass(frozen=True)",
+        )
+    if key_cls.__hash__ is None:
+        raise KernelDefinitionError(cls, "CompileKey must be hashable (its __hash__ is None)")
+
+
+def _analyse_dispatch(cls: type) -> DispatchInfo:
+    fn = cls.dispatch  # type: ignore[attr-defined]
+    sig = inspect.signature(fn)
+    params: dict[str, Any] = {}
+    var_kw = None
+    for i, p in enumerate(sig.parameters.values()):
+        if i == 0 and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+            continue  # self
+        if p.kind is p.KEYWORD_ONLY:
+            params[p.name] = p.default
+        elif p.kind is p.VAR_KEYWORD:
+            var_kw = p.name
+        else:
+            raise KernelDefinitionError(
+                cls,
+                f"dispatch() input {p.name!r} must be keyword-only: write dispatch(self, *, "
+                f"{p.name}, ...) so that a misplaced positional argument can never be ignored",
+            )
+    all_names = set(params) | ({var_kw} if var_kw else set())
+    try:
+        source = textwrap.dedent(inspect.getsource(fn))
+        tree = ast.parse(source)
+    except (OSError, TypeError, SyntaxError, IndentationError) as exc:
+        logger.debug(
+            "%s.dispatch: source unavailable (%s); treating every input as used",
+            cls.__qualname__,
+            exc,
+        )
+        return DispatchInfo(params, var_kw, frozenset(all_names))
+    func = next(
+        (n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))), None
+    )
+    if func is None:  # e.g. dispatch = some_lambda
+        return DispatchInfo(params, var_kw, frozenset(all_names))
+    loads = {n.id for node in func.body for n in ast.walk(node) if isinstance(n, ast.Name)}
+    if loads & {"locals", "vars", "eval", "exec"}:
+        used = set(all_names)
+    else:
+        used = all_names & loads
+    if var_kw is not None and var_kw not in used:
+        raise KernelDefinitionError(
+            cls,
+            f"dispatch() takes **{var_kw} but never uses it: extra inputs would be silently "
+            f"dropped. Forward them, e.g. return self.CompileKey(**{var_kw}, ...)",
+        )
+    return DispatchInfo(params, var_kw, frozenset(used))
+
+
+def _check_plain(kernel: str, name: str, value: Any, *, allow_space: bool = True) -> None:
+    from ._space import Choices, IntRange, ZipGroup
+
+    if isinstance(value, _PLAIN_SCALARS):
+        return
+    if isinstance(value, tuple):
+        for v in value:
+            _check_plain(kernel, name, v, allow_space=False)
+        return
+    if allow_space and isinstance(value, (IntRange, ZipGroup)):
+        return
+    if allow_space and isinstance(value, (Choices, list)):
+        for v in value:
+            _check_plain(kernel, name, v, allow_space=False)
+        return
+    raise TypeError(
+        f"kernel {kernel!r}: register_warmup argument {name!r} is a {type(value).__name__}; "
+        "registrations hold only plain immutable data (None, bool, int, float, str, tuples "
+        "of these, lists/Choices/IntRange of these) so that a registry never keeps large "
+        "objects alive and can be saved. Pass the scalar the kernel dispatches on "
+        "(e.g. tensor.shape[1], not the tensor)."
+    )

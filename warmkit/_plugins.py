@@ -1,0 +1,315 @@
+"""Plugin discovery: backends and kernel packages, through entry points and stevedore.
+
+Entry points are read fresh from ``importlib.metadata`` on every discovery:
+stevedore's on-disk cache keys on 32-bit-float mtimes and goes stale when a
+plugin's entry points change without a version bump (``shared/notes/plugins.md``).
+stevedore's managers still do the loading, filtered by name *before* import,
+so only the plugins a plan needs are imported.
+
+Rules:
+
+* ``WARMKIT_PLUGINS``: comma-separated allow-list of entry-point names; unset
+  means every plugin, empty means none.
+* One name provided by two distributions is a conflict: loading it raises
+  ``PluginLoadError`` naming both.
+* Load failures are collected into ``PluginLoadError`` (name, distribution,
+  version, cause); listing never raises.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import logging
+import os
+import sys
+import threading
+from collections.abc import Iterable
+from typing import Any
+
+import attrs
+
+from . import _envs
+from ._backend import Backend
+from ._exceptions import BackendUnavailableError, PluginFailure, PluginLoadError
+
+__all__ = [
+    "BACKENDS_GROUP",
+    "KERNELS_GROUP",
+    "PluginInfo",
+    "discover",
+    "get_backend",
+    "kernel_ref",
+    "load_kernel",
+    "loaded_backends",
+]
+
+logger = logging.getLogger(__name__)
+
+BACKENDS_GROUP = "warmkit.backends"
+KERNELS_GROUP = "warmkit.kernels"
+
+#: What to install for backends that warmkit knows of but that may be missing.
+INSTALL_HINTS = {
+    "triton": "pip install warmkit-triton",
+    "tilelang": "pip install tilelang",
+    "cutedsl": "pip install nvidia-cutlass-dsl",
+}
+
+_lock = threading.RLock()
+_backends: dict[str, Any] = {}
+
+
+@attrs.frozen
+class PluginInfo:
+    """One discovered entry point.
+
+    Attributes:
+        name: the entry-point name.
+        group: ``warmkit.backends`` or ``warmkit.kernels``.
+        value: ``module:attr``.
+        distribution: the providing distribution's name, if known.
+        version: its version, if known.
+        conflicts: the other distributions providing the same name, if any.
+    """
+
+    name: str
+    group: str
+    value: str
+    distribution: str | None
+    version: str | None
+    conflicts: tuple[str, ...] = ()
+
+    def entry_point(self) -> importlib.metadata.EntryPoint:
+        return importlib.metadata.EntryPoint(self.name, self.value, self.group)
+
+
+def _allowed() -> tuple[str, ...] | None:
+    return _envs.get("WARMKIT_PLUGINS")
+
+
+def discover(group: str, *, honour_allow_list: bool = True) -> list[PluginInfo]:
+    """Every plugin in ``group``, sorted by name, read fresh; nothing is imported.
+
+    Entry points listed twice for one distribution (e.g. an editable install
+    seen through two paths) are collapsed; one name from two distributions is
+    kept once, with ``conflicts`` naming the others.
+    """
+    by_name: dict[str, list[PluginInfo]] = {}
+    seen: set[tuple[str, str, str | None]] = set()
+    for ep in importlib.metadata.entry_points(group=group):
+        dist = getattr(ep, "dist", None)
+        dname = _dist_name(dist)
+        ident = (ep.name, ep.value, dname)
+        if ident in seen:
+            continue
+        seen.add(ident)
+        info = PluginInfo(ep.name, group, ep.value, dname, getattr(dist, "version", None))
+        by_name.setdefault(ep.name, []).append(info)
+    allowed = _allowed() if honour_allow_list else None
+    out = []
+    for name in sorted(by_name):
+        if allowed is not None and name not in allowed:
+            continue
+        infos = by_name[name]
+        first = infos[0]
+        if len(infos) > 1:
+            others = tuple(f"{i.distribution} {i.version} ({i.value})" for i in infos)
+            first = attrs.evolve(first, conflicts=others)
+        out.append(first)
+    return out
+
+
+def _dist_name(dist: Any) -> str | None:
+    if dist is None:
+        return None
+    try:
+        return dist.metadata["Name"]
+    except Exception:  # noqa: BLE001 -- a broken METADATA must not break discovery
+        return getattr(dist, "name", None)
+
+
+def _find(group: str, name: str) -> PluginInfo | None:
+    for info in discover(group, honour_allow_list=False):
+        if info.name == name:
+            return info
+    return None
+
+
+def _load(info: PluginInfo, *, invoke: bool) -> Any:
+    """Import one plugin through stevedore, raising ``PluginLoadError`` with its provenance."""
+    if info.conflicts:
+        raise PluginLoadError(
+            [
+                PluginFailure(
+                    info.name,
+                    info.group,
+                    info.value,
+                    info.distribution,
+                    info.version,
+                    RuntimeError(
+                        f"name {info.name!r} is provided by several distributions: "
+                        f"{'; '.join(info.conflicts)}. Uninstall all but one."
+                    ),
+                )
+            ]
+        )
+    from stevedore import NamedExtensionManager
+
+    failures: list[PluginFailure] = []
+
+    class _Fresh(NamedExtensionManager):  # type: ignore[type-arg]
+        def list_entry_points(self) -> list[importlib.metadata.EntryPoint]:
+            return [info.entry_point()]
+
+    def on_fail(_mgr: Any, ep: Any, err: BaseException) -> None:
+        failures.append(
+            PluginFailure(info.name, info.group, info.value, info.distribution, info.version, err)
+        )
+
+    mgr = _Fresh(
+        info.group,
+        names=[info.name],
+        invoke_on_load=invoke,
+        on_load_failure_callback=on_fail,
+        on_missing_entrypoints_callback=None,
+    )
+    if failures:
+        raise PluginLoadError(failures) from failures[0].error
+    ext = mgr[info.name]
+    return ext.obj if invoke else ext.plugin
+
+
+def get_backend(name: str, *, kernel: str | None = None) -> Backend:
+    """The backend object for entry-point ``name``, loaded once per process.
+
+    Args:
+        name: the backend's entry-point name, e.g. ``"triton"``.
+        kernel: the kernel that needs it, named in errors.
+
+    Raises:
+        BackendUnavailableError: no such backend installed, or not allowed by
+            ``WARMKIT_PLUGINS``; the message names the kernel and the install hint.
+        PluginLoadError: the backend's plugin failed to import.
+    """
+    with _lock:
+        backend = _backends.get(name)
+        if backend is not None:
+            return backend
+        info = _find(BACKENDS_GROUP, name)
+        hint = INSTALL_HINTS.get(name)
+        if info is None:
+            raise BackendUnavailableError(
+                name,
+                f"no plugin named {name!r} in entry-point group {BACKENDS_GROUP!r} is installed",
+                kernel=kernel,
+                install_hint=hint or f"install the distribution that provides backend {name!r}",
+            )
+        allowed = _allowed()
+        if allowed is not None and name not in allowed:
+            raise BackendUnavailableError(
+                name,
+                "it is not in WARMKIT_PLUGINS",
+                kernel=kernel,
+                install_hint=f"add {name} to WARMKIT_PLUGINS (now {os.environ.get('WARMKIT_PLUGINS')!r})",
+            )
+        backend = _load(info, invoke=True)
+        if not getattr(backend, "name", None):
+            backend.name = name
+        _backends[name] = backend
+        logger.debug("loaded backend %s from %s %s", name, info.distribution, info.version)
+        return backend
+
+
+def loaded_backends() -> list[Backend]:
+    """The backends loaded so far in this process."""
+    with _lock:
+        return list(_backends.values())
+
+
+def load_kernel(ref: str) -> type:
+    """The ``JitKernel`` class for a ``warmkit.kernels`` entry-point name or a ``module:attr`` path.
+
+    Raises:
+        LookupError: no such entry point or attribute; the message says how to fix it.
+        PluginLoadError: the kernel's plugin failed to import.
+        TypeError: the object is not a ``JitKernel`` subclass.
+    """
+    from ._kernel import JitKernel
+
+    info = _find(KERNELS_GROUP, ref)
+    if info is not None:
+        allowed = _allowed()
+        if allowed is not None and ref not in allowed:
+            raise LookupError(f"kernel plugin {ref!r} is not in WARMKIT_PLUGINS")
+        obj = _load(info, invoke=False)
+    elif ":" in ref:
+        module, _, attr = ref.partition(":")
+        try:
+            obj = importlib.import_module(module)
+        except ImportError as exc:
+            raise LookupError(
+                f"kernel {ref!r}: cannot import module {module!r} ({exc}); install the package "
+                "that provides it"
+            ) from exc
+        for part in attr.split("."):
+            try:
+                obj = getattr(obj, part)
+            except AttributeError:
+                raise LookupError(f"kernel {ref!r}: module {module!r} has no {attr!r}") from None
+    else:
+        known = ", ".join(i.name for i in discover(KERNELS_GROUP)) or "(none installed)"
+        raise LookupError(
+            f"kernel {ref!r}: no entry point of that name in {KERNELS_GROUP!r} (installed: "
+            f"{known}), and it is not a module:attr path"
+        )
+    if not (isinstance(obj, type) and issubclass(obj, JitKernel)):
+        raise TypeError(f"kernel {ref!r} resolves to {obj!r}, which is not a JitKernel subclass")
+    return obj
+
+
+def kernel_ref(cls: type) -> str:
+    """How a manifest names ``cls``: its ``warmkit.kernels`` entry-point name if it has one, else ``module:QualName``."""
+    path = f"{cls.__module__}:{cls.__qualname__}"
+    for info in discover(KERNELS_GROUP, honour_allow_list=False):
+        if info.value.replace(" ", "") == path:
+            return info.name
+        module, _, attr = info.value.partition(":")
+        mod = sys.modules.get(module.strip())
+        if mod is not None and _getattr_path(mod, attr.strip()) is cls:
+            return info.name
+    return path
+
+
+def _getattr_path(obj: Any, path: str) -> Any:
+    for part in path.split("."):
+        obj = getattr(obj, part, None)
+    return obj
+
+
+def load_all(group: str) -> tuple[dict[str, Any], list[PluginFailure]]:
+    """Import every allowed plugin of ``group``; return ``(loaded, failures)`` without raising."""
+    loaded: dict[str, Any] = {}
+    failures: list[PluginFailure] = []
+    for info in discover(group):
+        try:
+            if group == BACKENDS_GROUP:
+                loaded[info.name] = get_backend(info.name)
+            else:
+                loaded[info.name] = load_kernel(info.name)
+        except PluginLoadError as exc:
+            failures.extend(exc.failures)
+        except Exception as exc:  # noqa: BLE001 -- isolate a broken plugin; report it
+            failures.append(
+                PluginFailure(info.name, group, info.value, info.distribution, info.version, exc)
+            )
+    return loaded, failures
+
+
+def _reset_for_tests(names: Iterable[str] | None = None) -> None:
+    with _lock:
+        if names is None:
+            _backends.clear()
+        else:
+            for n in names:
+                _backends.pop(n, None)

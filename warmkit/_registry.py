@@ -1,0 +1,360 @@
+"""The scoped warmup registry and its manifest.
+
+Engine objects call ``kernel.register_warmup(**space)`` while they are built.
+That lands in the registry made active by ``registry.activate()`` (a
+``ContextVar``, so it nests, and works in asyncio tasks); ``registry.bind(fn)``
+carries it into worker threads, where a ``ContextVar`` would otherwise be
+unset and registrations silently lost.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import math
+import os
+import threading
+import weakref
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextvars import ContextVar
+from pathlib import Path
+from typing import Any, TypeVar
+
+import attrs
+
+from ._exceptions import ManifestError
+from ._space import Choices, IntRange, ZipGroup
+
+__all__ = ["Registration", "WarmupRegistry", "activate", "active_registry", "default_registry"]
+
+logger = logging.getLogger(__name__)
+
+MANIFEST_FORMAT = "warmkit.manifest"
+MANIFEST_VERSION = 1
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_active: ContextVar[WarmupRegistry | None] = ContextVar("warmkit_registry", default=None)
+
+
+@attrs.frozen
+class Registration:
+    """One ``(kernel, space)`` registration.
+
+    Attributes:
+        kernel: the kernel's ``name``.
+        kernel_cls: the kernel class.
+        zip_groups: the coupled inputs, in order.
+        space: keyword axes, in insertion order.
+    """
+
+    kernel: str
+    kernel_cls: type = attrs.field(repr=False)
+    zip_groups: tuple[ZipGroup, ...]
+    space: Mapping[str, Any]
+    _instance: Any = attrs.field(default=None, repr=False, eq=False)
+
+    def kernel_instance(self) -> Any:
+        """The registering instance if it is still alive, else a fresh one."""
+        inst = self._instance() if self._instance is not None else None
+        return inst if inst is not None else self.kernel_cls()
+
+
+class WarmupRegistry:
+    """Collects what the engine's objects will launch; plans, saves and loads it.
+
+    Identical registrations (kernel name plus canonical space) are stored once,
+    in O(1): a 61-layer model registering one kernel 61 times stores one.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._regs: dict[tuple[Any, ...], Registration] = {}
+
+    # -- scope -------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def activate(self) -> Iterator[WarmupRegistry]:
+        """Make this the active registry for the block; nesting restores the outer one."""
+        token = _active.set(self)
+        try:
+            yield self
+        finally:
+            _active.reset(token)
+
+    def bind(self, fn: F) -> F:
+        """Wrap ``fn`` so that it runs with this registry active, in whatever thread calls it.
+
+        Use it for work handed to threads or executors::
+
+            pool.submit(registry.bind(build_layer), i)
+            threading.Thread(target=registry.bind(build_layer)).start()
+        """
+
+        def bound(*args: Any, **kwargs: Any) -> Any:
+            with self.activate():
+                return fn(*args, **kwargs)
+
+        bound.__name__ = getattr(fn, "__name__", "bound")
+        bound.__doc__ = getattr(fn, "__doc__", None)
+        bound.__wrapped__ = fn  # type: ignore[attr-defined]
+        return bound  # type: ignore[return-value]
+
+    # -- contents ------------------------------------------------------------------
+
+    def add(self, kernel: Any, *zip_groups: ZipGroup, **space: Any) -> bool:
+        """Record one registration; returns False if an identical one was already there.
+
+        ``kernel`` is a ``JitKernel`` instance or class. Names are checked
+        against its ``dispatch`` now, not at warmup.
+
+        Raises:
+            TypeError: a positional argument that is not a ``zip_inputs`` group, or
+                an input the kernel's dispatch does not accept.
+            ValueError: a name given twice.
+        """
+        from ._space import _names
+
+        cls = kernel if isinstance(kernel, type) else type(kernel)
+        cls._concrete()
+        names = _names(zip_groups, space)
+        cls._warmkit_dispatch_info.check_names(cls.name, names)
+        ident = (cls.name, _canon_space(zip_groups, space))
+        try:
+            ref = None if isinstance(kernel, type) else weakref.ref(kernel)
+        except TypeError:
+            ref = None
+        with self._lock:
+            if ident in self._regs:
+                return False
+            self._regs[ident] = Registration(cls.name, cls, tuple(zip_groups), dict(space), ref)
+        return True
+
+    def __len__(self) -> int:
+        return len(self._regs)
+
+    def __iter__(self) -> Iterator[Registration]:
+        with self._lock:
+            return iter(list(self._regs.values()))
+
+    def clear(self) -> None:
+        """Forget every registration."""
+        with self._lock:
+            self._regs.clear()
+
+    def plan(self) -> dict[str, list[Any]]:
+        """Each kernel's ordered, unique keys, deduplicated across registrations and instances."""
+        return {name: keys for name, (_k, keys) in self._resolve().items()}
+
+    def _resolve(self) -> dict[str, tuple[Any, list[Any]]]:
+        """kernel name -> (a kernel instance, its ordered unique keys)."""
+        out: dict[str, tuple[Any, dict[Any, None]]] = {}
+        for reg in self:
+            inst = reg.kernel_instance()
+            keys = inst.get_warmup_keys(*reg.zip_groups, **reg.space)
+            if reg.kernel not in out:
+                out[reg.kernel] = (inst, {})
+            out[reg.kernel][1].update(dict.fromkeys(keys))
+        return {name: (inst, list(keys)) for name, (inst, keys) in out.items()}
+
+    # -- manifest ------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        """The manifest as JSON-ready data."""
+        from . import __version__
+        from ._plugins import kernel_ref
+
+        refs: dict[type, str] = {}
+        regs = []
+        for reg in self:
+            if reg.kernel_cls not in refs:
+                refs[reg.kernel_cls] = kernel_ref(reg.kernel_cls)
+            regs.append(
+                {
+                    "kernel": refs[reg.kernel_cls],
+                    "name": reg.kernel,
+                    "zip": [
+                        {"names": list(g.names), "rows": [[_encode(v) for v in r] for r in g.rows]}
+                        for g in reg.zip_groups
+                    ],
+                    "space": {k: _encode_axis(v) for k, v in reg.space.items()},
+                }
+            )
+        return {
+            "format": MANIFEST_FORMAT,
+            "version": MANIFEST_VERSION,
+            "warmkit_version": __version__,
+            "registrations": regs,
+        }
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write the versioned JSON manifest atomically; returns the path."""
+        path = Path(path)
+        data = json.dumps(self.to_dict(), indent=2, allow_nan=False)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(data + "\n", encoding="utf-8")
+        os.replace(tmp, path)
+        return path
+
+    @classmethod
+    def from_dict(cls, data: Any, *, path: Any = None) -> WarmupRegistry:
+        """Build a registry from manifest data, importing each kernel it names.
+
+        Raises:
+            ManifestError: wrong format or version, malformed entries, or a
+                kernel that cannot be resolved (the message names it).
+        """
+        from ._plugins import load_kernel
+
+        if not isinstance(data, dict) or data.get("format") != MANIFEST_FORMAT:
+            raise ManifestError(
+                f"not a warmkit manifest (format must be {MANIFEST_FORMAT!r})", path=path
+            )
+        version = data.get("version")
+        if version != MANIFEST_VERSION:
+            raise ManifestError(
+                f"manifest version {version!r} is not supported (this warmkit reads version "
+                f"{MANIFEST_VERSION}); re-record it with this warmkit",
+                path=path,
+            )
+        regs = data.get("registrations")
+        if not isinstance(regs, list):
+            raise ManifestError("'registrations' must be a list", path=path)
+        registry = cls()
+        for i, entry in enumerate(regs):
+            try:
+                ref = entry["kernel"]
+                kernel_cls = load_kernel(ref)
+                groups = [
+                    ZipGroup(
+                        tuple(g["names"]), tuple(tuple(_decode(v) for v in r) for r in g["rows"])
+                    )
+                    for g in entry.get("zip", [])
+                ]
+                space = {k: _decode_axis(v) for k, v in entry.get("space", {}).items()}
+                registry.add(kernel_cls, *groups, **space)
+            except ManifestError:
+                raise
+            except Exception as exc:
+                what = entry.get("kernel") if isinstance(entry, dict) else entry
+                raise ManifestError(
+                    f"registration {i} (kernel {what!r}): {exc}", path=path
+                ) from exc
+        return registry
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> WarmupRegistry:
+        """Read a manifest written by ``save``.
+
+        Raises:
+            ManifestError: unreadable, malformed, or naming an unresolvable kernel.
+        """
+        try:
+            data = json.loads(Path(path).read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise ManifestError(f"cannot read manifest: {exc.strerror or exc}", path=path) from exc
+        except json.JSONDecodeError as exc:
+            raise ManifestError(f"invalid JSON: {exc}", path=path) from exc
+        return cls.from_dict(data, path=path)
+
+
+_default = WarmupRegistry()
+
+
+def default_registry() -> WarmupRegistry:
+    """The process-wide default registry."""
+    return _default
+
+
+def activate() -> contextlib.AbstractContextManager[WarmupRegistry]:
+    """Activate the process-wide default registry for a block."""
+    return _default.activate()
+
+
+def active_registry() -> WarmupRegistry | None:
+    """The registry active in this thread or task, if any."""
+    return _active.get()
+
+
+# -- canonical form and JSON encoding ----------------------------------------------------
+# JSON has no tuple, and a tuple (one value) must never come back as a list
+# (alternatives), so non-scalar values are tagged.
+
+
+def _canon(v: Any) -> Any:
+    if isinstance(v, tuple):
+        return ("tuple", tuple(_canon(x) for x in v))
+    if isinstance(v, float) and math.isnan(v):
+        return ("float", "nan")
+    # bool, int and float compare equal (True == 1 == 1.0) but are different kernels.
+    return (type(v).__name__, v)
+
+
+def _canon_axis(v: Any) -> Any:
+    if isinstance(v, IntRange):
+        if v.advance is None:
+            return ("IntRange", v.start, v.stop, v.step or 1)
+        return ("values", tuple(_canon(x) for x in v))
+    if isinstance(v, Choices):
+        return ("values", tuple(_canon(x) for x in v.values))
+    if isinstance(v, list):
+        return ("values", tuple(_canon(x) for x in v))
+    return _canon(v)
+
+
+def _canon_space(zip_groups: Sequence[ZipGroup], space: Mapping[str, Any]) -> tuple[Any, ...]:
+    zips = tuple(
+        (g.names, tuple(tuple(_canon(x) for x in row) for row in g.rows)) for g in zip_groups
+    )
+    kws = tuple(sorted((k, _canon_axis(v)) for k, v in space.items()))
+    return (zips, kws)
+
+
+def _encode(v: Any) -> Any:
+    if isinstance(v, tuple):
+        return {"tuple": [_encode(x) for x in v]}
+    if isinstance(v, float) and not math.isfinite(v):
+        return {"float": repr(v)}
+    return v
+
+
+def _encode_axis(v: Any) -> Any:
+    if isinstance(v, IntRange):
+        if v.advance is None:
+            return {"range": [v.start, v.stop, v.step or 1]}
+        # A function cannot be saved: the manifest keeps the values it produced.
+        return {"choices": [_encode(x) for x in v]}
+    if isinstance(v, Choices):
+        return {"choices": [_encode(x) for x in v.values]}
+    if isinstance(v, list):
+        return {"list": [_encode(x) for x in v]}
+    return _encode(v)
+
+
+def _decode(v: Any) -> Any:
+    if isinstance(v, dict):
+        if set(v) == {"tuple"}:
+            return tuple(_decode(x) for x in v["tuple"])
+        if set(v) == {"float"}:
+            return float(v["float"])
+        raise ValueError(f"unknown value encoding {v!r}")
+    if isinstance(v, list):
+        raise TypeError(
+            f"a bare list {v!r} is not a value; alternatives are encoded as {{'list': [...]}}"
+        )
+    return v
+
+
+def _decode_axis(v: Any) -> Any:
+    if isinstance(v, dict) and len(v) == 1:
+        ((tag, body),) = v.items()
+        if tag == "range":
+            start, stop, step = body
+            return IntRange(start, stop, step)
+        if tag == "choices":
+            return Choices(*(_decode(x) for x in body))
+        if tag == "list":
+            return [_decode(x) for x in body]
+    return _decode(v)

@@ -1,0 +1,503 @@
+"""``warmkit.warmup(config)``: compile everything registered, before serving.
+
+Plan -> load only the backends the plan needs -> compile in a deterministic
+order, in parallel where the backend allows -> report -> arm the monitor.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from contextlib import nullcontext
+from typing import Any
+
+import attrs
+
+from . import _envs, monitor
+from ._exceptions import BackendUnavailableError, WarmupError
+
+__all__ = ["ReportEntry", "WarmupConfig", "WarmupReport", "warmup"]
+
+logger = logging.getLogger(__name__)
+
+STATUSES = ("compiled", "cached", "failed", "skipped")
+_NOT_ATTEMPTED = "not attempted: an earlier key failed"
+
+
+def _in(*choices: str) -> Callable[[Any, Any, Any], None]:
+    def check(_inst: Any, attribute: Any, value: Any) -> None:
+        if value not in choices:
+            raise ValueError(
+                f"WarmupConfig.{attribute.name} must be one of {', '.join(map(repr, choices))}, "
+                f"got {value!r}"
+            )
+
+    return check
+
+
+def _jobs(_inst: Any, _attr: Any, value: Any) -> None:
+    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+        raise ValueError(f"WarmupConfig.jobs must be a positive int or None (auto), got {value!r}")
+
+
+def _backends(value: Any) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = value.split(",")
+    return tuple(sorted({str(v).strip() for v in value if str(v).strip()}))
+
+
+@attrs.frozen
+class WarmupConfig:
+    """How ``warmkit.warmup`` runs. Every field has a ``WARMKIT_*`` variable (``from_env``).
+
+    Attributes:
+        enabled: False makes warmup return at once, importing no backend.
+        monitor: what a compile after warmup does: ``"off"``, ``"warn"``, ``"error"``.
+        jobs: parallel compiles; None = the number of CPUs.
+        target: compile for this target (e.g. ``"cuda:90"``) instead of the current device.
+        on_error: ``"raise"`` stops at the first failure; ``"collect"`` compiles
+            everything, then raises once listing every failure.
+        progress: ``"auto"`` (a bar on a TTY, rank 0 only), ``"on"``, ``"off"``.
+        backends: allow-list of backend names; kernels of others are skipped.
+    """
+
+    enabled: bool = True
+    monitor: str = attrs.field(default="warn", validator=_in(*monitor.MODES))
+    jobs: int | None = attrs.field(default=None, validator=_jobs)
+    target: str | None = None
+    on_error: str = attrs.field(default="raise", validator=_in("raise", "collect"))
+    progress: str = attrs.field(default="auto", validator=_in("auto", "on", "off"))
+    backends: tuple[str, ...] | None = attrs.field(default=None, converter=_backends)
+
+    @classmethod
+    def from_env(cls, **overrides: Any) -> WarmupConfig:
+        """A config from the ``WARMKIT_*`` variables (``docs/configuration.md``), then ``overrides``.
+
+        Raises:
+            ValueError: a variable that does not parse (the message names it).
+        """
+        values = {
+            "enabled": _envs.get("WARMKIT_ENABLED"),
+            "monitor": _envs.get("WARMKIT_MONITOR"),
+            "jobs": _envs.get("WARMKIT_JOBS"),
+            "target": _envs.get("WARMKIT_TARGET"),
+            "on_error": _envs.get("WARMKIT_ON_ERROR"),
+            "progress": _envs.get("WARMKIT_PROGRESS"),
+            "backends": _envs.get("WARMKIT_BACKENDS"),
+        }
+        values.update(overrides)
+        return cls(**values)
+
+
+@attrs.frozen
+class ReportEntry:
+    """The outcome of one key.
+
+    Attributes:
+        kernel: the kernel's name.
+        backend: its backend's name (None for a kernel with its own compile()).
+        key: the compile key.
+        status: ``compiled``, ``cached`` (already in memory, or a backend cache
+            hit), ``failed`` or ``skipped``.
+        seconds: wall time spent on this key.
+        error: ``"Type: message"`` for a failed key, or why it was skipped.
+        exception: the exception of a failed key (not serialised).
+    """
+
+    kernel: str
+    backend: str | None
+    key: Any
+    status: str
+    seconds: float = 0.0
+    error: str | None = None
+    exception: BaseException | None = attrs.field(default=None, eq=False, repr=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kernel": self.kernel,
+            "backend": self.backend,
+            "key": repr(self.key),
+            "status": self.status,
+            "seconds": round(self.seconds, 6),
+            "error": self.error,
+        }
+
+
+@attrs.frozen
+class WarmupReport:
+    """What ``warmkit.warmup`` did, key by key.
+
+    Attributes:
+        enabled: False if warmup was disabled (nothing else is filled then).
+        entries: one ``ReportEntry`` per planned key, in compile order.
+        seconds: total wall time.
+        target: the configured target (None = current device).
+        jobs: the parallelism used.
+        monitor: the mode the monitor was armed with (``"off"`` if not armed).
+    """
+
+    enabled: bool
+    entries: tuple[ReportEntry, ...] = ()
+    seconds: float = 0.0
+    target: str | None = None
+    jobs: int = 1
+    monitor: str = "off"
+
+    def count(self, status: str) -> int:
+        return sum(1 for e in self.entries if e.status == status)
+
+    @property
+    def ok(self) -> bool:
+        return self.count("failed") == 0
+
+    @property
+    def failures(self) -> tuple[ReportEntry, ...]:
+        return tuple(e for e in self.entries if e.status == "failed")
+
+    def totals(self) -> dict[str, int]:
+        return {s: self.count(s) for s in STATUSES} | {"keys": len(self.entries)}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "enabled": self.enabled,
+            "seconds": round(self.seconds, 6),
+            "target": self.target,
+            "jobs": self.jobs,
+            "monitor": self.monitor,
+            "totals": self.totals(),
+            "entries": [e.to_dict() for e in self.entries],
+        }
+
+    def to_json(self, **kwargs: Any) -> str:
+        return json.dumps(self.to_dict(), **({"indent": 2} | kwargs))
+
+    def table(self) -> str:
+        """A readable per-kernel table with totals."""
+        if not self.enabled:
+            return "warmup disabled (WARMKIT_ENABLED=0 or WarmupConfig(enabled=False))"
+        rows: dict[tuple[str, str], dict[str, float]] = {}
+        for e in self.entries:
+            r = rows.setdefault((e.kernel, e.backend or "-"), dict.fromkeys((*STATUSES, "s"), 0.0))
+            r[e.status] += 1
+            r["s"] += e.seconds
+        head = ("kernel", "backend", "keys", *STATUSES, "seconds")
+        body = [
+            (
+                k,
+                b,
+                str(int(sum(r[s] for s in STATUSES))),
+                *(str(int(r[s])) for s in STATUSES),
+                f"{r['s']:.3f}",
+            )
+            for (k, b), r in rows.items()
+        ]
+        t = self.totals()
+        body.append(
+            ("total", "", str(t["keys"]), *(str(t[s]) for s in STATUSES), f"{self.seconds:.3f}")
+        )
+        widths = [max(len(row[i]) for row in (head, *body)) for i in range(len(head))]
+        lines = [
+            "  ".join(
+                c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))
+            )
+            for row in (head, *body)
+        ]
+        lines.insert(1, "  ".join("-" * w for w in widths))
+        lines.insert(len(lines) - 1, "  ".join("-" * w for w in widths))
+        for e in self.failures:
+            lines.append(f"FAILED {e.kernel} {e.key!r}: {e.error}")
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.table()
+
+
+def _progress_enabled(setting: str) -> bool:
+    if setting == "off" or _envs.rank() != 0:
+        return False
+    return setting == "on" or sys.stderr.isatty()
+
+
+def warmup(config: WarmupConfig | None = None, registry: Any = None) -> WarmupReport:
+    """Compile every key the registry plans, then arm the monitor.
+
+    Args:
+        config: how to run; default ``WarmupConfig.from_env()``.
+        registry: what to compile; default the active registry, else the
+            process-wide default one.
+
+    Returns:
+        The ``WarmupReport``.
+
+    Raises:
+        WarmupError: a key failed (fail-fast), or, with ``on_error="collect"``,
+            after everything ran, listing every failure. It carries the kernel,
+            the key, the elapsed time and the report so far, with the original
+            exception chained.
+        BackendUnavailableError: a kernel's backend is missing or unusable
+            (fail-fast mode; collected as failures otherwise).
+    """
+    from ._registry import active_registry, default_registry
+
+    config = config if config is not None else WarmupConfig.from_env()
+    if not config.enabled:
+        logger.info("warmkit warmup disabled")
+        return WarmupReport(enabled=False)
+    if registry is None:
+        registry = active_registry() or default_registry()
+
+    t_start = time.perf_counter()
+    plan = registry._resolve()
+    n_keys = sum(len(keys) for _, keys in plan.values())
+    jobs = config.jobs or os.cpu_count() or 1
+    logger.info(
+        "warmkit warmup: %d kernel(s), %d key(s), target %s, up to %d job(s)",
+        len(plan),
+        n_keys,
+        config.target or "current device",
+        jobs,
+    )
+    entries: list[ReportEntry] = []
+    groups: dict[str | None, list[tuple[Any, Any]]] = {}
+    for name, (kernel, keys) in plan.items():
+        b = type(kernel).backend
+        if config.backends is not None and b not in config.backends:
+            entries.extend(
+                ReportEntry(
+                    name, b, k, "skipped", error=f"backend {b!r} not in the backends allow-list"
+                )
+                for k in keys
+            )
+            continue
+        groups.setdefault(b, []).extend((kernel, k) for k in keys)
+
+    run = _Run(config, n_keys, jobs, t_start)
+    try:
+        for backend_name, items in groups.items():
+            run.backend_group(backend_name, items)
+    finally:
+        run.close()
+    entries.extend(run.entries)
+    # Deterministic report order: plan order.
+    order = {
+        (name, k): i
+        for i, (name, k) in enumerate((n, k) for n, (_, ks) in plan.items() for k in ks)
+    }
+    entries.sort(key=lambda e: order.get((e.kernel, e.key), 0))
+
+    elapsed = time.perf_counter() - t_start
+    failures = [e for e in entries if e.status == "failed"]
+    report = WarmupReport(
+        enabled=True,
+        entries=tuple(entries),
+        seconds=elapsed,
+        target=config.target,
+        jobs=jobs,
+        monitor="off" if failures else config.monitor,
+    )
+    if failures:
+        first = failures[0]
+        if run.aborted:
+            msg = (
+                f"warmup failed on kernel {first.kernel!r} key {first.key!r} after "
+                f"{first.seconds:.3f}s: {first.error} ({report.count('compiled') + report.count('cached')} "
+                f"key(s) were ready, {report.count('skipped')} not attempted; use "
+                "on_error='collect' to attempt every key)"
+            )
+        else:
+            lines = "\n".join(f"  - {e.kernel} {e.key!r}: {e.error}" for e in failures)
+            msg = f"warmup failed for {len(failures)} of {len(entries)} key(s):\n{lines}"
+        logger.error("%s", msg)
+        raise WarmupError(
+            msg,
+            kernel=first.kernel,
+            key=first.key,
+            elapsed=first.seconds,
+            failures=failures,
+            report=report,
+        ) from first.exception
+    logger.info(
+        "warmkit warmup done in %.2fs: %d compiled, %d cached, %d skipped",
+        elapsed,
+        report.count("compiled"),
+        report.count("cached"),
+        report.count("skipped"),
+    )
+    monitor.arm(config.monitor)
+    return report
+
+
+class _Run:
+    """One warmup's compile loop: parallel per backend, fail-fast or collect, with progress."""
+
+    def __init__(self, config: WarmupConfig, total: int, jobs: int, t_start: float) -> None:
+        self.config = config
+        self.jobs = jobs
+        self.entries: list[ReportEntry] = []
+        self.aborted = False
+        self._lock = threading.Lock()
+        self._bar = None
+        if total and _progress_enabled(config.progress):
+            from tqdm import tqdm
+
+            self._bar = tqdm(total=total, desc="warmkit warmup", unit="key", file=sys.stderr)
+        self._per_kernel: dict[str, float] = {}
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+        for name, secs in self._per_kernel.items():
+            logger.debug("kernel %s: %.3fs", name, secs)
+
+    def _add(self, entry: ReportEntry) -> None:
+        with self._lock:
+            self.entries.append(entry)
+            self._per_kernel[entry.kernel] = self._per_kernel.get(entry.kernel, 0.0) + entry.seconds
+            if self._bar is not None:
+                self._bar.update(1)
+
+    def _fail_all(
+        self, items: Sequence[tuple[Any, Any]], backend: str | None, exc: BaseException
+    ) -> None:
+        for kernel, key in items:
+            self._add(
+                ReportEntry(type(kernel).name, backend, key, "failed", 0.0, _describe(exc), exc)
+            )
+
+    def backend_group(self, backend_name: str | None, items: list[tuple[Any, Any]]) -> None:
+        if self.aborted:
+            for kernel, key in items:
+                self._add(
+                    ReportEntry(
+                        type(kernel).name, backend_name, key, "skipped", error=_NOT_ATTEMPTED
+                    )
+                )
+            return
+        target = self.config.target
+        scope = None
+        workers = self.jobs
+        if backend_name is not None:
+            try:
+                backend, target = _prepare_backend(backend_name, items, target)
+            except Exception as exc:  # noqa: BLE001 -- reported as this key's failure
+                self._fail_all(items, backend_name, exc)
+                if self.config.on_error == "raise":
+                    self.aborted = True
+                return
+            workers = max(1, min(self.jobs, backend.parallelism(target)))
+            scope = backend.compile_scope(target, workers)
+        workers = min(workers, len(items))
+        with scope if scope is not None else nullcontext():
+            self._compile(backend_name, items, target, workers)
+
+    def _compile(
+        self,
+        backend_name: str | None,
+        items: list[tuple[Any, Any]],
+        target: str | None,
+        workers: int,
+    ) -> None:
+        def one(kernel: Any, key: Any) -> ReportEntry:
+            t0 = time.perf_counter()
+            name = type(kernel).name
+            try:
+                executor, cached = kernel._warmkit_compile(key, target)
+            except Exception as exc:  # noqa: BLE001 -- reported as this backend's keys' failure
+                return ReportEntry(
+                    name, backend_name, key, "failed", time.perf_counter() - t0, _describe(exc), exc
+                )
+            status = (
+                "cached" if cached or getattr(executor, "cache_hit", False) is True else "compiled"
+            )
+            return ReportEntry(name, backend_name, key, status, time.perf_counter() - t0)
+
+        if workers <= 1:
+            for kernel, key in items:
+                if self.aborted:
+                    self._add(
+                        ReportEntry(
+                            type(kernel).name, backend_name, key, "skipped", error=_NOT_ATTEMPTED
+                        )
+                    )
+                    continue
+                entry = one(kernel, key)
+                self._add(entry)
+                if entry.status == "failed" and self.config.on_error == "raise":
+                    self.aborted = True
+            return
+
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="warmkit") as pool:
+            futures = {
+                pool.submit(_in_context(one), kernel, key): (kernel, key) for kernel, key in items
+            }
+            for fut in as_completed(futures):
+                if fut.cancelled():
+                    continue
+                entry = fut.result()
+                self._add(entry)
+                if (
+                    entry.status == "failed"
+                    and self.config.on_error == "raise"
+                    and not self.aborted
+                ):
+                    # Keys already running finish; the rest are reported as skipped.
+                    self.aborted = True
+                    for f in futures:
+                        f.cancel()
+        for fut, (kernel, key) in futures.items():
+            if fut.cancelled():
+                self._add(
+                    ReportEntry(
+                        type(kernel).name, backend_name, key, "skipped", error=_NOT_ATTEMPTED
+                    )
+                )
+
+
+def _in_context(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Run ``fn`` in a copy of the submitting thread's context (target, allow(), registry)."""
+    import contextvars
+
+    ctx = contextvars.copy_context()
+
+    def run(*args: Any) -> Any:
+        return ctx.copy().run(fn, *args)
+
+    return run
+
+
+def _prepare_backend(
+    name: str, items: list[tuple[Any, Any]], target: str | None
+) -> tuple[Any, str | None]:
+    from ._plugins import get_backend
+
+    kernel_name = type(items[0][0]).name
+    backend = get_backend(name, kernel=kernel_name)
+    status = backend.available()
+    if not status.ok:
+        raise BackendUnavailableError(
+            name, status.reason, kernel=kernel_name, install_hint=status.install_hint
+        )
+    device = backend.default_target()
+    if target is not None and target == device:
+        target = None  # the local device: share the runtime's executor cache
+    elif target is None and device is None:
+        raise BackendUnavailableError(
+            name,
+            "no device was found and no target was given",
+            kernel=kernel_name,
+            install_hint="declare the target to compile for, e.g. WarmupConfig(target='cuda:90') "
+            "or WARMKIT_TARGET=cuda:90",
+        )
+    return backend, target
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"

@@ -1,0 +1,231 @@
+"""The runtime-compile monitor.
+
+After ``warmkit.warmup`` succeeds it arms this monitor. From then on every JIT
+compile is either a warning (``"warn"``: one per kernel and key, then it
+compiles) or an error (``"error"``: ``RuntimeCompileError`` raised *before*
+compiling), except inside ``allow(reason)``. ``"off"`` disarms it.
+
+Two sources feed it:
+
+* ``JitKernel.get_or_compile`` on a cache miss;
+* backends' own runtime hooks (Triton's cache hook and compile listener), which
+  also see kernels that warmkit never wrapped.
+
+Example::
+
+    warmkit.monitor.arm("error")
+    with warmkit.monitor.allow("LoRA adapter loaded at runtime"):
+        kernel(...)  # may compile; recorded with the reason, not raised
+    assert not [e for e in warmkit.monitor.events() if e.allowed is None]
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from contextvars import ContextVar
+from typing import Any
+
+import attrs
+
+from ._exceptions import RuntimeCompileError
+
+__all__ = [
+    "MODES",
+    "MonitorEvent",
+    "allow",
+    "arm",
+    "clear",
+    "disarm",
+    "events",
+    "in_managed_compile",
+    "managed_compile",
+    "mode",
+    "on_miss",
+    "record",
+]
+
+logger = logging.getLogger(__name__)
+
+MODES = ("off", "warn", "error")
+
+_lock = threading.Lock()
+_mode = "off"
+_events: list[MonitorEvent] = []
+_warned: set[tuple[str, Any]] = set()
+_allow: ContextVar[str | None] = ContextVar("warmkit_monitor_allow", default=None)
+_managed: ContextVar[bool] = ContextVar("warmkit_managed_compile", default=False)
+
+
+@attrs.frozen
+class MonitorEvent:
+    """One JIT event after warmup.
+
+    Attributes:
+        kernel: the kernel's name (a ``JitKernel.name`` or a raw Triton function's name).
+        key: the compile key, or the backend's specialization.
+        backend: the backend's name.
+        context: the caller's runtime context, if given.
+        seconds: how long the compile (or load) took; 0.0 for a refused one.
+        kind: ``"compile"`` (a real compile), ``"disk_hit"`` (loaded from the
+            backend's persistent cache), ``"load"``, or ``"refused"`` (error mode).
+        mode: the monitor's mode when it happened.
+        allowed: the ``allow(reason)`` reason in force, if any.
+        timestamp: ``time.time()`` when recorded.
+    """
+
+    kernel: str
+    key: Any
+    backend: str | None
+    context: Any
+    seconds: float
+    kind: str
+    mode: str
+    allowed: str | None = None
+    timestamp: float = attrs.field(factory=time.time)
+
+
+def _backends() -> list[Any]:
+    from ._plugins import loaded_backends
+
+    return loaded_backends()
+
+
+def arm(mode: str = "warn") -> None:
+    """Set the monitor's mode; takes effect at once, also when it changes later.
+
+    ``"off"`` is the same as ``disarm()``. Arming installs the runtime hooks of
+    every backend loaded in this process.
+
+    Raises:
+        ValueError: an unknown mode.
+    """
+    global _mode
+    if mode not in MODES:
+        raise ValueError(f"monitor mode must be one of {', '.join(MODES)}, got {mode!r}")
+    if mode == "off":
+        disarm()
+        return
+    with _lock:
+        _mode = mode
+        _warned.clear()
+    for backend in _backends():
+        backend.install_monitor()
+    logger.debug("monitor armed: %s", mode)
+
+
+def disarm() -> None:
+    """Turn the monitor off and uninstall the backends' hooks. Events are kept."""
+    global _mode
+    with _lock:
+        _mode = "off"
+    for backend in _backends():
+        backend.uninstall_monitor()
+    logger.debug("monitor disarmed")
+
+
+def mode() -> str:
+    """The current mode: ``"off"``, ``"warn"`` or ``"error"``."""
+    return _mode
+
+
+@contextlib.contextmanager
+def allow(reason: str) -> Iterator[None]:
+    """Permit runtime compiles inside this block (this thread or task); they are recorded with ``reason``.
+
+    Raises:
+        ValueError: an empty reason.
+    """
+    if not isinstance(reason, str) or not reason.strip():
+        raise ValueError(
+            "monitor.allow() needs a non-empty reason, so the event log explains itself"
+        )
+    token = _allow.set(reason)
+    try:
+        yield
+    finally:
+        _allow.reset(token)
+
+
+def events() -> tuple[MonitorEvent, ...]:
+    """Every event recorded since the process started (or the last ``clear()``)."""
+    with _lock:
+        return tuple(_events)
+
+
+def clear() -> None:
+    """Forget recorded events and per-key warnings."""
+    with _lock:
+        _events.clear()
+        _warned.clear()
+
+
+@contextlib.contextmanager
+def managed_compile() -> Iterator[None]:
+    """Mark compiles in this block as warmkit's own, so backend hooks do not report them twice."""
+    token = _managed.set(True)
+    try:
+        yield
+    finally:
+        _managed.reset(token)
+
+
+def in_managed_compile() -> bool:
+    """True while warmkit itself compiles in this thread (warmup or ``get_or_compile``)."""
+    return _managed.get()
+
+
+def on_miss(*, kernel: str, key: Any, backend: str | None, context: Any = None) -> None:
+    """Report a compile that is about to happen at runtime; call it *before* compiling.
+
+    Disarmed: nothing. ``"warn"``: one warning per (kernel, key). ``"error"``:
+    records a ``"refused"`` event and raises, unless inside ``allow()``.
+
+    Raises:
+        RuntimeCompileError: in ``"error"`` mode outside ``allow()``.
+    """
+    current = _mode
+    if current == "off":
+        return
+    reason = _allow.get()
+    if reason is not None:
+        return
+    if current == "error":
+        with _lock:
+            _events.append(MonitorEvent(kernel, key, backend, context, 0.0, "refused", current))
+        raise RuntimeCompileError(kernel, key, backend, context)
+    with _lock:
+        first = (kernel, key) not in _warned
+        _warned.add((kernel, key))
+    if first:
+        ctx = f" (context: {context})" if context is not None else ""
+        logger.warning(
+            "runtime compile after warmup: kernel %s key %r on backend %s%s; add it to the "
+            "warmup registrations to avoid this stall",
+            kernel,
+            key,
+            backend,
+            ctx,
+        )
+
+
+def record(
+    *,
+    kernel: str,
+    key: Any,
+    backend: str | None,
+    context: Any = None,
+    seconds: float,
+    kind: str,
+) -> MonitorEvent | None:
+    """Record a runtime compile (or load) that happened; returns the event, or None when disarmed."""
+    current = _mode
+    if current == "off":
+        return None
+    event = MonitorEvent(kernel, key, backend, context, seconds, kind, current, _allow.get())
+    with _lock:
+        _events.append(event)
+    return event
