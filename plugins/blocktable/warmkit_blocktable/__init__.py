@@ -1,0 +1,29 @@
+"""warmkit-blocktable: the paged-KV-cache slot-mapping kernel as a warmkit kernel provider.
+
+* :class:`ComputeSlotMappingKernel`: the Triton kernel wrapped as a
+  ``warmkit_triton.TritonKernel`` (entry point ``blocktable.slot_mapping`` in
+  the group ``warmkit.kernels``).
+* :class:`BlockTable` / :class:`MultiGroupBlockTable`: block tables that
+  register, when built, exactly the kernel variant they will launch.
+* :func:`reference_slot_mapping`: a vectorized torch reference of the same
+  math, used by the tests and on CPU devices.
+
+See ``docs/blocktable.md``.
+"""
+
+from __future__ import annotations
+
+from ._block_table import BlockTable, MultiGroupBlockTable, SlotMappingMode
+from ._kernel import ComputeSlotMappingKernel
+from ._reference import PAD_SLOT_ID, reference_slot_mapping
+
+__all__ = [
+    "PAD_SLOT_ID",
+    "BlockTable",
+    "ComputeSlotMappingKernel",
+    "MultiGroupBlockTable",
+    "SlotMappingMode",
+    "reference_slot_mapping",
+]
+
+__version__ = "0.1.0"

@@ -1,0 +1,149 @@
+"""Kernel-vs-reference tests through Triton's interpreter.
+
+Not collected by the normal run (the name does not start with ``test_``):
+``test_interpreter.py`` runs this module in a subprocess with
+``TRITON_INTERPRET=1`` set before anything imports Triton, because the
+interpreter is chosen when ``@triton.jit`` runs.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+from bt_helpers import Batch, Geometry, batches, launch_kwargs, reference
+from hypothesis import HealthCheck, given, settings
+
+if os.environ.get("TRITON_INTERPRET") != "1":
+    pytest.skip(
+        "run through test_interpreter.py (needs TRITON_INTERPRET=1)", allow_module_level=True
+    )
+
+import triton
+import warmkit_blocktable
+from warmkit_blocktable import BlockTable, ComputeSlotMappingKernel
+from warmkit_blocktable._jit import compute_slot_mapping_kernel
+
+GARBAGE = 0x5A5A5A5A
+
+EXAMPLES = int(os.environ.get("BT_INTERP_EXAMPLES", "80"))
+
+
+@pytest.fixture(autouse=True)
+def _launch_directly(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make ``ComputeSlotMappingKernel.run`` launch the interpreted kernel directly.
+
+    Everything above ``run`` (``__call__``: the key, the argument structure,
+    the grid) is the production code; only the backend's compile-and-launch
+    is bypassed, since the interpreter neither compiles nor caches.
+    """
+    keys: list[object] = []
+
+    def run(self, key, grid, *args, **kwargs):
+        keys.append(key)
+        return self.fn[grid](*args, **kwargs, **self.launch_options(key))
+
+    monkeypatch.setattr(ComputeSlotMappingKernel, "run", run)
+
+
+def test_interpreter_is_active() -> None:
+    assert not isinstance(compute_slot_mapping_kernel, triton.runtime.jit.JITFunction) or type(
+        compute_slot_mapping_kernel
+    ).__name__.startswith("Interpreted")
+    assert "Interpreted" in type(compute_slot_mapping_kernel).__name__
+    assert warmkit_blocktable.ComputeSlotMappingKernel.fn is compute_slot_mapping_kernel
+
+
+def run_kernel(batch: Batch) -> torch.Tensor:
+    out = torch.full((batch.max_num_tokens,), GARBAGE, dtype=torch.int64)
+    ComputeSlotMappingKernel()(**launch_kwargs(batch, out))
+    return out
+
+
+@settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(batch=batches())
+def test_kernel_matches_reference(batch: Batch) -> None:
+    got = run_kernel(batch)
+    expected = reference(batch)
+    assert torch.equal(got, expected), (
+        batch.geom,
+        (got != expected).nonzero()[:5].flatten().tolist(),
+    )
+
+
+def test_notes_example_two_ranks_interleave_one() -> None:
+    # W = 2, I = 1, K = 16: even offsets of each 32-token virtual block go to
+    # rank 0, odd ones to rank 1; each rank packs its 16 tokens into one block.
+    for rank in (0, 1):
+        geom = Geometry(bs=16, B=1, W=2, R=rank, I=1)
+        positions = torch.arange(64, dtype=torch.int64)
+        table = torch.tensor([[7, 9]], dtype=torch.int32)
+        batch = Batch(geom, 1, torch.tensor([0, 64], dtype=torch.int32), positions, table, 70)
+        got = run_kernel(batch).tolist()
+        for p in range(64):
+            if p % 2 == rank:
+                local = (p // 32) * 16 + (p % 32) // 2
+                assert got[p] == [7, 9][local // 16] * 16 + local % 16
+            else:
+                assert got[p] == -1
+        assert got[64:] == [-1] * 6
+
+
+def test_padding_only_and_empty_step() -> None:
+    geom = Geometry(bs=16, B=1, W=1, R=0, I=1)
+    batch = Batch(
+        geom,
+        0,
+        torch.zeros(1, dtype=torch.int32),
+        torch.zeros(0, dtype=torch.int64),
+        torch.zeros((1, 4), dtype=torch.int32),
+        3000,
+    )
+    assert torch.equal(run_kernel(batch), torch.full((3000,), -1, dtype=torch.int64))
+
+
+def test_int64_slots() -> None:
+    geom = Geometry(bs=256, B=1, W=1, R=0, I=1)
+    table = torch.tensor([[2**31 - 1]], dtype=torch.int32)
+    batch = Batch(
+        geom,
+        1,
+        torch.tensor([0, 2], dtype=torch.int32),
+        torch.tensor([0, 255], dtype=torch.int64),
+        table,
+        2,
+    )
+    assert run_kernel(batch).tolist() == [(2**31 - 1) * 256, (2**31 - 1) * 256 + 255]
+
+
+def test_block_table_kernel_path_matches_reference_path() -> None:
+    # BlockTable's own launch (production __call__ path) against its reference path.
+    common = {
+        "block_size": 64,
+        "kernel_block_size": 16,
+        "max_num_reqs": 4,
+        "max_num_blocks_per_req": 8,
+        "max_num_batched_tokens": 2048,
+        "device": "cpu",
+        "dcp_world_size": 2,
+        "dcp_rank": 1,
+        "cp_kv_cache_interleave_size": 16,
+    }
+    tables = [BlockTable(**common, implementation="reference") for _ in range(2)]
+    for t in tables:
+        t.add_row([3, 1, 4], 0)
+        t.add_row([], 1)
+        t.add_row([5, 9, 2, 6, 8], 2)
+        t.commit(3)
+    qsl = torch.tensor([0, 300, 300, 1100], dtype=torch.int32)
+    positions = torch.cat([torch.arange(0, 300), torch.arange(0, 800)]).to(torch.int64)
+    expected = tables[0].compute_slot_mapping(3, qsl, positions).clone()
+    tables[1].slot_mapping.fill_(GARBAGE)
+    tables[1]._launch_kernel(3, qsl, positions)
+    assert torch.equal(tables[1].slot_mapping, expected)
