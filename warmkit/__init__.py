@@ -10,9 +10,11 @@ import logging
 
 from . import monitor
 from ._backend import Backend, BackendStatus, current_target
+from ._bundle import BundleInstall, build_bundle, inspect_bundle, install_bundle
 from ._exceptions import (
     BackendNotImplementedError,
     BackendUnavailableError,
+    BundleError,
     KernelDefinitionError,
     ManifestError,
     PluginFailure,
@@ -33,6 +35,8 @@ __all__ = [
     "BackendNotImplementedError",
     "BackendStatus",
     "BackendUnavailableError",
+    "BundleError",
+    "BundleInstall",
     "Choices",
     "IntRange",
     "JitKernel",
@@ -51,8 +55,11 @@ __all__ = [
     "ZipGroup",
     "__version__",
     "activate",
+    "build_bundle",
     "current_target",
     "default_registry",
+    "inspect_bundle",
+    "install_bundle",
     "monitor",
     "warmup",
     "zip_inputs",

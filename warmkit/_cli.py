@@ -18,6 +18,7 @@ from typing import Any, NoReturn
 from . import __version__
 from ._exceptions import (
     BackendUnavailableError,
+    BundleError,
     ManifestError,
     PluginLoadError,
     WarmupError,
@@ -57,6 +58,27 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--on-error", choices=("raise", "collect"), default="collect")
     s.add_argument("--json", action="store_true")
 
+    s = sub.add_parser("bundle", help="build, install or inspect precompiled bundles")
+    bsub = s.add_subparsers(dest="bundle_command", parser_class=_Parser, required=True)
+    b = bsub.add_parser("build", help="compile a manifest's keys and pack the cache entries")
+    b.add_argument("manifest")
+    b.add_argument("-o", "--output", required=True, help="the .wkb file to write")
+    b.add_argument("--target", help="compile for this target, e.g. cuda:90 (default: this device)")
+    b.add_argument("-j", "--jobs", type=int, help="parallel compiles (default: CPU count)")
+    b.add_argument("--json", action="store_true")
+    b = bsub.add_parser("install", help="verify a bundle and install its entries")
+    b.add_argument("bundle")
+    b.add_argument(
+        "--cache-dir",
+        action="append",
+        default=[],
+        metavar="BACKEND=DIR",
+        help="install a backend's entries here instead of its default cache directory",
+    )
+    b.add_argument("--json", action="store_true")
+    b = bsub.add_parser("inspect", help="list a bundle's kernels, keys, target and sizes")
+    b.add_argument("bundle")
+    b.add_argument("--json", action="store_true")
     return p
 
 
@@ -171,6 +193,81 @@ def _cmd_warmup(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_bundle(args: argparse.Namespace) -> int:
+    from ._bundle import build_bundle, inspect_bundle, install_bundle
+    from ._registry import WarmupRegistry
+
+    if args.bundle_command == "build":
+        registry = WarmupRegistry.load(args.manifest)
+        meta = build_bundle(
+            registry,
+            args.output,
+            target=args.target or _envs_target(),
+            jobs=args.jobs,
+            progress="off" if args.json else "auto",
+        )
+        info = inspect_bundle(args.output)
+        if args.json:
+            print(json.dumps(info["totals"] | {"output": args.output}, indent=2))
+        else:
+            t = info["totals"]
+            print(
+                f"wrote {args.output}: {t['kernels']} kernel(s), {t['keys']} key(s), "
+                f"{t['files']} file(s), {t['bytes']:,} bytes, target {meta['target'] or 'this device'}"
+            )
+        return EXIT_OK
+    if args.bundle_command == "install":
+        dirs = {}
+        for item in args.cache_dir:
+            name, sep, path = item.partition("=")
+            if not sep or not name or not path:
+                raise ValueError(f"--cache-dir takes BACKEND=DIR, got {item!r}")
+            dirs[name] = path
+        result = install_bundle(args.bundle, cache_dirs=dirs or None)
+        summary = {
+            "installed": len(result.installed),
+            "present": len(result.present),
+            "replaced": len(result.replaced),
+            "directories": result.directories,
+        }
+        if args.json:
+            print(json.dumps(summary, indent=2))
+        else:
+            print(
+                f"installed {summary['installed']}, already present {summary['present']}, "
+                f"replaced {summary['replaced']} entr(ies) into "
+                + ", ".join(f"{k}: {v}" for k, v in result.directories.items())
+            )
+        return EXIT_OK
+    info = inspect_bundle(args.bundle)
+    if args.json:
+        print(json.dumps(info, indent=2))
+        return EXIT_OK
+    t = info["totals"]
+    print(
+        f"bundle {args.bundle}: target {info['target'] or 'build host device'}, created {info['created']}"
+    )
+    print(
+        f"  {t['kernels']} kernel(s), {t['keys']} key(s), {t['files']} file(s), {t['bytes']:,} bytes"
+    )
+    for name, b in info["backends"].items():
+        size = sum(e["size"] for e in b["entries"])
+        print(f"  backend {name}: {len(b['entries'])} file(s), {size:,} bytes")
+        for field, value in sorted(b["fingerprint"].items()):
+            print(f"    {field}: {value}")
+    for name, keys in info["kernels"].items():
+        print(f"  {name}: {len(keys)} key(s)")
+        for key in keys:
+            print(f"    {key}")
+    return EXIT_OK
+
+
+def _envs_target() -> str | None:
+    from . import _envs
+
+    return _envs.get("WARMKIT_TARGET")
+
+
 def _print_report(report: Any, as_json: bool) -> None:
     print(report.to_json() if as_json else report.table())
 
@@ -191,12 +288,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.version:
         print(_versions())
         return EXIT_OK
-    commands = {"list": _cmd_list, "plan": _cmd_plan, "warmup": _cmd_warmup}
+    commands = {"list": _cmd_list, "plan": _cmd_plan, "warmup": _cmd_warmup, "bundle": _cmd_bundle}
     if args.command is None:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
     try:
         return commands[args.command](args)
+    except (WarmupError, BundleError) as exc:  # before ValueError: BundleError is one
+        _error(exc, args.verbose)
+        return EXIT_FAILED
     except (
         ManifestError,
         BackendUnavailableError,
@@ -208,9 +308,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     ) as exc:
         _error(exc, args.verbose)
         return EXIT_USAGE
-    except WarmupError as exc:
-        _error(exc, args.verbose)
-        return EXIT_FAILED
     except Exception as exc:  # noqa: BLE001 -- the CLI turns any error into one line
         _error(exc, args.verbose)
         return EXIT_FAILED

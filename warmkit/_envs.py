@@ -102,6 +102,10 @@ ENVIRONMENT: dict[str, EnvVar] = {
         _names,
         "Entry-point names warmkit may load (backends and kernels); unset = all, empty = none.",
     ),
+    # A bundle installed before compiling (warmkit bundle build ...).
+    "WARMKIT_BUNDLE": EnvVar(
+        None, _opt_str, "WarmupConfig.bundle: a .wkb bundle to install before compiling."
+    ),
     # Budget for one search-space expansion, checked before any work.
     "WARMKIT_MAX_POINTS": EnvVar(
         1_000_000, _pos_int, "Default JitKernel.max_points: the largest space expanded."

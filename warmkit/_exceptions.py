@@ -4,6 +4,7 @@
 WarmkitError
 ├── KernelDefinitionError (TypeError)      a JitKernel subclass is malformed
 ├── ManifestError (ValueError)             a manifest cannot be read or resolved
+├── BundleError (ValueError)               a bundle is unreadable, corrupt, or built for another host
 ├── PluginLoadError (ImportError)          one or more plugins failed to import
 ├── BackendUnavailableError (RuntimeError) a backend is missing or cannot run here
 ├── BackendNotImplementedError (NotImplementedError)  a stub backend was asked to compile
@@ -23,6 +24,7 @@ from typing import Any
 __all__ = [
     "BackendNotImplementedError",
     "BackendUnavailableError",
+    "BundleError",
     "KernelDefinitionError",
     "ManifestError",
     "PluginFailure",
@@ -59,6 +61,32 @@ class ManifestError(WarmkitError, ValueError):
 
     def __init__(self, message: str, *, path: Any = None) -> None:
         self.path = path
+        super().__init__(f"{path}: {message}" if path is not None else message)
+
+
+class BundleError(WarmkitError, ValueError):
+    """A bundle cannot be read, is corrupt, or was built for a different host.
+
+    Attributes:
+        path: the bundle's path, if known.
+        backend: the backend whose entries are concerned, if any.
+        field: the fingerprint field that differs, for a mismatch.
+        entry: the file that failed verification, for corruption.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: Any = None,
+        backend: str | None = None,
+        field: str | None = None,
+        entry: str | None = None,
+    ) -> None:
+        self.path = path
+        self.backend = backend
+        self.field = field
+        self.entry = entry
         super().__init__(f"{path}: {message}" if path is not None else message)
 
 

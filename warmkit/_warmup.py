@@ -67,6 +67,8 @@ class WarmupConfig:
             everything, then raises once listing every failure.
         progress: ``"auto"`` (a bar on a TTY, rank 0 only), ``"on"``, ``"off"``.
         backends: allow-list of backend names; kernels of others are skipped.
+        bundle: a ``.wkb`` bundle to install before compiling (``docs/bundles.md``);
+            its entries turn compiles into cache hits.
     """
 
     enabled: bool = True
@@ -76,6 +78,9 @@ class WarmupConfig:
     on_error: str = attrs.field(default="raise", validator=_in("raise", "collect"))
     progress: str = attrs.field(default="auto", validator=_in("auto", "on", "off"))
     backends: tuple[str, ...] | None = attrs.field(default=None, converter=_backends)
+    bundle: str | None = attrs.field(
+        default=None, converter=lambda v: None if v is None else str(v)
+    )
 
     @classmethod
     def from_env(cls, **overrides: Any) -> WarmupConfig:
@@ -92,6 +97,7 @@ class WarmupConfig:
             "on_error": _envs.get("WARMKIT_ON_ERROR"),
             "progress": _envs.get("WARMKIT_PROGRESS"),
             "backends": _envs.get("WARMKIT_BACKENDS"),
+            "bundle": _envs.get("WARMKIT_BUNDLE"),
         }
         values.update(overrides)
         return cls(**values)
@@ -255,6 +261,10 @@ def warmup(config: WarmupConfig | None = None, registry: Any = None) -> WarmupRe
         registry = active_registry() or default_registry()
 
     t_start = time.perf_counter()
+    if config.bundle is not None:
+        from ._bundle import install_bundle
+
+        install_bundle(config.bundle)
     plan = registry._resolve()
     n_keys = sum(len(keys) for _, keys in plan.values())
     jobs = config.jobs or os.cpu_count() or 1

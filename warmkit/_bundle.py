@@ -1,0 +1,410 @@
+"""Bundles: precompile once on any host, ship the backend's cache entries, install them anywhere.
+
+A bundle (``.wkb``) is a gzipped tar holding ``bundle.json`` and, per backend,
+the cache entries a warmup produced, under ``backends/<backend>/<entry>/<file>``.
+``bundle.json`` records the target, each backend's *fingerprint* (what the
+entries are valid for: DSL version, CPython ABI, assembler version,
+cache-relevant environment ...) and a sha256 and size per file.
+
+Install refuses a fingerprint mismatch (naming the field), verifies every
+hash before anything becomes visible, lets the backend relocate each entry
+(Triton's group files hold absolute paths), and publishes each entry with one
+atomic ``rename``, so concurrent installs end with a correct cache and a
+repeated install changes nothing.
+
+A backend supports bundles by providing, besides the core interface:
+
+``cache_fingerprint(target) -> dict[str, str]``
+    the fields that must match between the building and the installing host;
+``cache_dir() -> pathlib.Path``
+    where the runtime looks entries up;
+``cache_scope(directory) -> ContextManager``
+    redirect the persistent cache to ``directory`` while a bundle is built;
+``relocate_cache_entry(staged: Path, final: Path) -> None``
+    rewrite whatever in ``staged`` refers to its own location, for ``final``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import functools
+import hashlib
+import io
+import json
+import logging
+import os
+import shutil
+import tarfile
+import tempfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import attrs
+
+from ._exceptions import BundleError
+
+__all__ = ["BundleInstall", "build_bundle", "inspect_bundle", "install_bundle"]
+
+logger = logging.getLogger(__name__)
+
+BUNDLE_FORMAT = "warmkit.bundle"
+BUNDLE_VERSION = 1
+_META = "bundle.json"
+_CAPABILITIES = ("cache_fingerprint", "cache_dir", "cache_scope", "relocate_cache_entry")
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _bundle_backend(name: str, kernel: str | None = None) -> Any:
+    from ._plugins import get_backend
+
+    backend = get_backend(name, kernel=kernel)
+    missing = [c for c in _CAPABILITIES if not hasattr(backend, c)]
+    if missing:
+        raise BundleError(
+            f"backend {name!r} does not support bundles (it lacks {', '.join(missing)})",
+            backend=name,
+        )
+    return backend
+
+
+def build_bundle(
+    registry: Any,
+    out: str | os.PathLike[str],
+    *,
+    target: str | None = None,
+    jobs: int | None = None,
+    progress: str = "auto",
+) -> dict[str, Any]:
+    """Compile every key of ``registry`` for ``target`` into fresh caches and pack them into ``out``.
+
+    Run it in a process that has not compiled these kernels yet (the CLI
+    does): a variant already in memory writes no cache entry.
+
+    Args:
+        registry: a ``WarmupRegistry`` (e.g. ``WarmupRegistry.load(manifest)``).
+        out: the ``.wkb`` file to write (atomically).
+        target: e.g. ``"cuda:90"``; None = this host's device.
+        jobs: parallel compiles; None = automatic.
+        progress: as ``WarmupConfig.progress``.
+
+    Returns:
+        The bundle's metadata (what ``inspect_bundle`` returns).
+
+    Raises:
+        BundleError: a backend without bundle support, or a warmup that wrote no entries.
+        WarmupError: a key failed to compile.
+    """
+    from . import __version__
+    from ._warmup import WarmupConfig, warmup
+
+    plan = registry._resolve()
+    backends: dict[str, Any] = {}
+    for name, (kernel, _keys) in plan.items():
+        b = type(kernel).backend
+        if b is None:
+            raise BundleError(
+                f"kernel {name!r} compiles itself (no backend); it cannot be bundled", backend=None
+            )
+        if b not in backends:
+            backends[b] = _bundle_backend(b, kernel=name)
+
+    out = Path(out)
+    with tempfile.TemporaryDirectory(prefix="warmkit-bundle-") as tmp:
+        roots = {b: Path(tmp, b) for b in backends}
+        with contextlib.ExitStack() as stack:
+            for b, backend in backends.items():
+                roots[b].mkdir()
+                stack.enter_context(backend.cache_scope(roots[b]))
+            for kernel, _ in plan.values():
+                type(kernel)._warmkit_forget()  # in-memory executors would skip the cache
+            report = warmup(
+                WarmupConfig(target=target, jobs=jobs, monitor="off", progress=progress),
+                registry,
+            )
+        meta: dict[str, Any] = {
+            "format": BUNDLE_FORMAT,
+            "version": BUNDLE_VERSION,
+            "warmkit_version": __version__,
+            "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+            "target": target,
+            "kernels": {name: [repr(k) for k in keys] for name, (_kernel, keys) in plan.items()},
+            "manifest": registry.to_dict(),
+            "warmup_seconds": round(report.seconds, 3),
+            "backends": {},
+        }
+        files: list[tuple[str, Path]] = []
+        for b, backend in backends.items():
+            entries = []
+            for path in sorted(roots[b].rglob("*")):
+                if path.is_file():
+                    rel = path.relative_to(roots[b]).as_posix()
+                    entries.append(
+                        {"path": rel, "sha256": _sha256(path), "size": path.stat().st_size}
+                    )
+                    files.append((f"backends/{b}/{rel}", path))
+            if not entries:
+                raise BundleError(
+                    f"backend {b!r} wrote no cache entries while warming up "
+                    f"{sum(len(k) for _, k in plan.values())} key(s); were they already "
+                    "compiled in this process? Build bundles in a fresh process.",
+                    backend=b,
+                )
+            meta["backends"][b] = {
+                "fingerprint": backend.cache_fingerprint(target),
+                "entries": entries,
+            }
+        out.parent.mkdir(parents=True, exist_ok=True)
+        partial = out.with_name(f".{out.name}.{uuid.uuid4().hex}.partial")
+        try:
+            with tarfile.open(partial, "w:gz") as tar:
+                data = json.dumps(meta, indent=2, sort_keys=True).encode()
+                info = tarfile.TarInfo(_META)
+                info.size = len(data)
+                info.mtime = 0
+                tar.addfile(info, io.BytesIO(data))
+                for arcname, path in files:
+                    tar.add(path, arcname=arcname, recursive=False)
+            os.replace(partial, out)
+        finally:
+            partial.unlink(missing_ok=True)
+    logger.info(
+        "bundle %s: %d kernel(s), %d file(s), target %s",
+        out,
+        len(plan),
+        len(files),
+        target or "this device",
+    )
+    return meta
+
+
+def _read_meta(tar: tarfile.TarFile, path: Path) -> dict[str, Any]:
+    try:
+        member = tar.getmember(_META)
+        f = tar.extractfile(member)
+        meta = json.loads(f.read()) if f is not None else None
+    except (KeyError, json.JSONDecodeError) as exc:
+        raise BundleError(f"not a warmkit bundle ({exc})", path=path) from exc
+    if not isinstance(meta, dict) or meta.get("format") != BUNDLE_FORMAT:
+        raise BundleError("not a warmkit bundle (bad bundle.json)", path=path)
+    if meta.get("version") != BUNDLE_VERSION:
+        raise BundleError(
+            f"bundle version {meta.get('version')!r} is not supported (this warmkit reads "
+            f"version {BUNDLE_VERSION}); rebuild it with this warmkit",
+            path=path,
+        )
+    return meta
+
+
+@contextlib.contextmanager
+def _open(path: str | os.PathLike[str]) -> Iterator[tuple[tarfile.TarFile, dict[str, Any], Path]]:
+    p = Path(path)
+    if not p.exists():
+        raise FileNotFoundError(f"no such bundle: {p}")
+    try:
+        with tarfile.open(p, "r:*") as tar:
+            yield tar, _read_meta(tar, p), p
+    except (tarfile.TarError, EOFError) as exc:
+        raise BundleError(f"cannot read bundle: {exc}", path=p) from exc
+
+
+def inspect_bundle(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The bundle's metadata plus totals: kernels and keys, target, backends, entries, bytes.
+
+    Raises:
+        BundleError: not a readable bundle.
+    """
+    with _open(path) as (_tar, meta, _p):
+        totals = {
+            "kernels": len(meta.get("kernels", {})),
+            "keys": sum(len(v) for v in meta.get("kernels", {}).values()),
+            "files": sum(len(b["entries"]) for b in meta["backends"].values()),
+            "bytes": sum(e["size"] for b in meta["backends"].values() for e in b["entries"]),
+        }
+        return meta | {"totals": totals}
+
+
+@attrs.frozen
+class BundleInstall:
+    """What ``install_bundle`` did.
+
+    Attributes:
+        installed: cache entries published by this call.
+        present: entries already there and identical (idempotent re-install).
+        replaced: entries that were there but differed (e.g. a half-written one).
+        directories: backend name -> the cache directory it installed into.
+    """
+
+    installed: tuple[str, ...]
+    present: tuple[str, ...]
+    replaced: tuple[str, ...]
+    directories: dict[str, str]
+
+
+def _check_fingerprint(
+    name: str, recorded: dict[str, Any], here: dict[str, Any], path: Path
+) -> None:
+    for field in sorted(set(recorded) | set(here)):
+        if recorded.get(field) != here.get(field):
+            raise BundleError(
+                f"bundle was built for {field}={recorded.get(field)!r} but this host has "
+                f"{field}={here.get(field)!r} (backend {name!r}); its entries would never be "
+                "looked up here. Rebuild the bundle with the same "
+                f"{field} as this host.",
+                path=path,
+                backend=name,
+                field=field,
+            )
+
+
+def _safe_rel(name: str, prefix: str) -> PurePosixPath | None:
+    if not name.startswith(prefix):
+        return None
+    rel = PurePosixPath(name[len(prefix) :])
+    if rel.is_absolute() or ".." in rel.parts or len(rel.parts) != 2:
+        raise BundleError(f"unsafe or unexpected path in bundle: {name!r}")
+    return rel
+
+
+def install_bundle(
+    path: str | os.PathLike[str],
+    *,
+    cache_dirs: dict[str, str | os.PathLike[str]] | None = None,
+) -> BundleInstall:
+    """Verify a bundle and publish its entries where each backend looks them up at runtime.
+
+    Args:
+        path: the ``.wkb`` file.
+        cache_dirs: backend name -> directory, overriding ``backend.cache_dir()``.
+
+    Returns:
+        A ``BundleInstall`` listing what was installed, already present or replaced.
+
+    Raises:
+        BundleError: unreadable bundle, fingerprint mismatch (names the field),
+            a truncated or tampered entry (names it), or an unsafe path. Nothing
+            is published when verification fails.
+        FileNotFoundError: no such bundle file.
+    """
+    installed: list[str] = []
+    present: list[str] = []
+    replaced: list[str] = []
+    directories: dict[str, str] = {}
+    with _open(path) as (tar, meta, p):
+        target = meta.get("target")
+        for name, info in meta["backends"].items():
+            backend = _bundle_backend(name)
+            _check_fingerprint(name, info["fingerprint"], backend.cache_fingerprint(target), p)
+            dest = Path((cache_dirs or {}).get(name) or backend.cache_dir())
+            dest.mkdir(parents=True, exist_ok=True)
+            directories[name] = str(dest)
+            expected = {e["path"]: e for e in info["entries"]}
+            staging = Path(tempfile.mkdtemp(prefix=".warmkit-staging-", dir=dest))
+            try:
+                _extract_verified(tar, name, expected, staging, p)
+                for entry in sorted({PurePosixPath(r).parts[0] for r in expected}):
+                    outcome = _publish(backend, staging / entry, dest / entry, expected, entry)
+                    {"installed": installed, "present": present, "replaced": replaced}[
+                        outcome
+                    ].append(f"{name}/{entry}")
+            finally:
+                shutil.rmtree(staging, ignore_errors=True)
+    logger.info(
+        "bundle %s: %d entr(ies) installed, %d already present, %d replaced",
+        path,
+        len(installed),
+        len(present),
+        len(replaced),
+    )
+    return BundleInstall(tuple(installed), tuple(present), tuple(replaced), directories)
+
+
+def _extract_verified(
+    tar: tarfile.TarFile, backend: str, expected: dict[str, Any], staging: Path, path: Path
+) -> None:
+    prefix = f"backends/{backend}/"
+    seen: set[str] = set()
+    for member in tar.getmembers():
+        rel = _safe_rel(member.name, prefix)
+        if rel is None:
+            continue
+        key = rel.as_posix()
+        if not member.isfile():
+            raise BundleError(f"bundle entry {member.name!r} is not a regular file", path=path)
+        if key not in expected:
+            raise BundleError(
+                f"bundle entry {member.name!r} is not listed in bundle.json", path=path
+            )
+        want = expected[key]
+        src = tar.extractfile(member)
+        assert src is not None
+        h = hashlib.sha256()
+        dst = staging / rel
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            with open(dst, "wb") as out:
+                for chunk in iter(functools.partial(src.read, 1 << 20), b""):
+                    h.update(chunk)
+                    out.write(chunk)
+        except (tarfile.TarError, OSError, EOFError, Exception) as exc:
+            raise BundleError(
+                f"bundle entry {member.name!r} cannot be read ({exc}); the bundle is truncated",
+                path=path,
+                entry=key,
+            ) from exc
+        size = dst.stat().st_size
+        if size != want["size"] or h.hexdigest() != want["sha256"]:
+            raise BundleError(
+                f"bundle entry {member.name!r} is corrupt: sha256 {h.hexdigest()[:16]}… size {size}, "
+                f"expected {want['sha256'][:16]}… size {want['size']}; refusing to install it",
+                path=path,
+                entry=key,
+            )
+        seen.add(key)
+    missing = sorted(set(expected) - seen)
+    if missing:
+        raise BundleError(
+            f"bundle is missing {len(missing)} file(s) listed in bundle.json, e.g. {missing[0]!r}",
+            path=path,
+            entry=missing[0],
+        )
+
+
+def _publish(backend: Any, staged: Path, final: Path, expected: dict[str, Any], entry: str) -> str:
+    backend.relocate_cache_entry(staged, final)
+    if final.exists():
+        if _same(final, staged):
+            return "present"
+        # A different (e.g. half-written) entry: swap it out atomically.
+        trash = final.with_name(f".{final.name}.{uuid.uuid4().hex}.old")
+        try:
+            os.rename(final, trash)
+        except FileNotFoundError:
+            pass  # another installer moved it away first
+        try:
+            os.rename(staged, final)
+        except OSError:
+            pass  # another installer published an entry first; it verified the same bundle
+        shutil.rmtree(trash, ignore_errors=True)
+        return "replaced"
+    try:
+        os.rename(staged, final)
+    except OSError:
+        # Another process published it between our check and rename.
+        return "present"
+    return "installed"
+
+
+def _same(a: Path, b: Path) -> bool:
+    fa = sorted(p.relative_to(a).as_posix() for p in a.rglob("*") if p.is_file())
+    fb = sorted(p.relative_to(b).as_posix() for p in b.rglob("*") if p.is_file())
+    return fa == fb and all(_sha256(a / f) == _sha256(b / f) for f in fa)
