@@ -1,0 +1,464 @@
+"""Ahead-of-time compiles: targets, the target-reporting driver, and what an AOT cache is valid for.
+
+An AOT compile runs the kernel's own ``JITFunction.warmup`` (Triton's JIT path:
+its binder, its specialization, its attrs, its options) while Triton's active
+driver reports the *declared* target instead of a live GPU. The cache entry it
+writes therefore has exactly the hash the GPU runtime will look up, provided
+the runtime uses the same Triton wheel, CPython ABI, ptxas, cache-relevant
+environment and cache directory path (see :func:`validity_record`).
+
+The driver swap is scoped to the compiling thread: while any AOT compile runs,
+Triton's ``driver.active`` is a small router that answers with the AOT driver
+in threads (contexts) that are compiling ahead of time and with the real
+driver everywhere else, so a live GPU in the same process keeps working.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import hashlib
+import json
+import logging
+import os
+import platform
+import re
+import sys
+import sysconfig
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from ._compat import require_triton
+
+__all__ = [
+    "AOT_MANIFEST",
+    "AotArtifact",
+    "AotDriver",
+    "Target",
+    "aot_driver",
+    "check_aot_cache",
+    "parse_target",
+    "validity_record",
+    "write_manifest",
+]
+
+logger = logging.getLogger(__name__)
+
+#: File written at the top of the Triton cache directory by an AOT warmup.
+AOT_MANIFEST = "warmkit-triton-aot.json"
+
+ACCEPTED_TARGETS = "'cuda:<compute capability>' such as 'cuda:80', 'cuda:90', 'cuda:100' (also 'sm_90', 'cuda:9.0')"
+
+_TARGET_RE = re.compile(r"^(?:cuda:)?(?:sm_?)?(?P<cc>\d{2,3})$")
+_DOTTED_RE = re.compile(r"^cuda:(?P<major>\d{1,2})\.(?P<minor>\d)$")
+
+
+@attrs.frozen
+class Target:
+    """A parsed compile target.
+
+    Attributes:
+        backend: Triton's backend name (``"cuda"``).
+        arch: the compute capability as Triton writes it (``90`` for sm_90).
+        warp_size: threads per warp (32 on NVIDIA).
+    """
+
+    backend: str
+    arch: int
+    warp_size: int = 32
+
+    def __str__(self) -> str:
+        return f"{self.backend}:{self.arch}"
+
+    def gpu_target(self) -> Any:
+        """The ``triton.backends.compiler.GPUTarget`` for this target."""
+        require_triton()
+        from triton.backends.compiler import GPUTarget
+
+        return GPUTarget(self.backend, self.arch, self.warp_size)
+
+
+def parse_target(target: str) -> Target:
+    """Parse a target string such as ``"cuda:90"``.
+
+    Args:
+        target: ``"cuda:<cc>"`` (``cuda:80``, ``cuda:90``, ``cuda:100`` ...),
+            ``"sm_90"``/``"sm90"``, or ``"cuda:9.0"``.
+
+    Raises:
+        ValueError: any other string; the message names it and the accepted forms.
+        TypeError: not a string.
+    """
+    if not isinstance(target, str):
+        raise TypeError(
+            f"Triton target must be a string, one of {ACCEPTED_TARGETS}; got {target!r}"
+        )
+    text = target.strip().lower()
+    m = _TARGET_RE.match(text)
+    if m is not None:
+        cc = int(m.group("cc"))
+    else:
+        m = _DOTTED_RE.match(text)
+        if m is None:
+            raise ValueError(f"unknown Triton target {target!r}; accepted: {ACCEPTED_TARGETS}")
+        cc = int(m.group("major")) * 10 + int(m.group("minor"))
+    if cc < 70:
+        raise ValueError(
+            f"unknown Triton target {target!r}: compute capability {cc} is below 70, which Triton "
+            f"does not support; accepted: {ACCEPTED_TARGETS}"
+        )
+    return Target("cuda", cc)
+
+
+class AotDriver:
+    """A Triton driver with no GPU that reports a declared target.
+
+    It provides what ``JITFunction.warmup`` asks of a driver
+    (``get_current_target``, ``get_current_device``, ``get_current_stream``)
+    and nothing that needs a device; anything else raises a clear error.
+
+    Args:
+        target: the declared target.
+    """
+
+    def __init__(self, target: Target) -> None:
+        self.target = target
+        self._gpu_target = target.gpu_target()
+        # A device id of its own, so the JITFunction's per-device binder and
+        # in-memory cache for this target never mix with a real device 0's.
+        self.device = f"warmkit-aot:{target}"
+
+    def get_current_target(self) -> Any:
+        return self._gpu_target
+
+    def get_current_device(self) -> str:
+        return self.device
+
+    def get_current_stream(self, device: Any = None) -> int:
+        return 0
+
+    def set_current_device(self, device: Any) -> None:
+        return None
+
+    def get_device_capability(self, device: Any = None) -> tuple[int, int]:
+        return divmod(self.target.arch, 10)
+
+    @staticmethod
+    def is_active() -> bool:
+        return False
+
+    def __getattr__(self, name: str) -> Any:
+        raise RuntimeError(
+            f"warmkit-triton: Triton asked the ahead-of-time driver for {name!r} while compiling "
+            f"for {self.target} without a GPU; an AOT compile cannot load or launch kernels"
+        )
+
+
+_current_aot: contextvars.ContextVar[AotDriver | None] = contextvars.ContextVar(
+    "warmkit_triton_aot_driver", default=None
+)
+
+
+class _RoutingDriver:
+    """Stands in ``triton.runtime.driver.driver._active`` while AOT compiles run."""
+
+    def __init__(self, previous: Any) -> None:
+        self._previous = previous
+
+    def _pick(self) -> Any:
+        aot = _current_aot.get()
+        if aot is not None:
+            return aot
+        if self._previous is None:
+            from triton.runtime.driver import driver
+
+            self._previous = driver.default  # raises as Triton would when there is no GPU
+        return self._previous
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._pick(), name)
+
+
+_router_lock = threading.Lock()
+_router_users = 0
+_router: _RoutingDriver | None = None
+_router_saved: Any = None
+
+
+def _acquire_router() -> None:
+    global _router_users, _router, _router_saved
+    from triton.runtime.driver import driver
+
+    with _router_lock:
+        if _router_users == 0:
+            _router_saved = driver._active
+            _router = _RoutingDriver(_router_saved)
+            driver._active = _router
+        _router_users += 1
+
+
+def _release_router() -> None:
+    global _router_users, _router, _router_saved
+    from triton.runtime.driver import driver
+
+    with _router_lock:
+        _router_users -= 1
+        if _router_users == 0:
+            if driver._active is _router:
+                driver._active = _router_saved
+            else:
+                logger.warning(
+                    "Triton's active driver was replaced during an AOT compile; leaving it as it is"
+                )
+            _router = None
+            _router_saved = None
+
+
+@contextlib.contextmanager
+def routing() -> Iterator[None]:
+    """Keep the routing driver installed for the duration of a block (refcounted)."""
+    require_triton()
+    _acquire_router()
+    try:
+        yield
+    finally:
+        _release_router()
+
+
+@contextlib.contextmanager
+def aot_driver(drv: AotDriver) -> Iterator[None]:
+    """Make ``drv`` Triton's active driver in this thread/context for the block."""
+    with routing():
+        token = _current_aot.set(drv)
+        try:
+            yield
+        finally:
+            _current_aot.reset(token)
+
+
+# -- what a cache entry is valid for ---------------------------------------------------------
+
+
+def _ptxas(arch: int) -> dict[str, str | None]:
+    try:
+        from triton.backends.nvidia import compiler as nv
+    except ImportError as exc:  # a Triton build without the NVIDIA backend
+        return {"path": None, "version": None, "error": str(exc)}
+    try:
+        tool = nv.get_ptxas(arch)
+        path = tool.path
+    except Exception as exc:  # noqa: BLE001 - report, do not fail the record
+        path = f"<unavailable: {exc}>"
+    try:
+        version = nv.get_ptxas_version(arch).strip()
+    except Exception as exc:  # noqa: BLE001
+        version = f"<unavailable: {exc}>"
+    return {"path": path, "version": version}
+
+
+def triton_key_digest() -> str:
+    """sha256 of ``triton_key()``: Triton's own fingerprint of its wheel (version, sources, libtriton)."""
+    require_triton()
+    from triton.runtime.cache import triton_key
+
+    return hashlib.sha256(triton_key().encode("utf-8")).hexdigest()
+
+
+def cache_dir() -> str:
+    """The absolute Triton cache directory in effect (``TRITON_CACHE_DIR`` or ``~/.triton/cache``)."""
+    require_triton()
+    from triton import knobs
+
+    return os.path.abspath(knobs.cache.dir)
+
+
+def validity_record(target: Target | str) -> dict[str, Any]:
+    """Everything a Triton cache entry's hash depends on besides the kernel itself.
+
+    An entry compiled here is found by a runtime only when all of these match:
+
+    * ``triton_version`` and ``triton_key_sha256``: the hash covers the whole
+      wheel, including ``libtriton.so``, so even the cp311 and cp312 wheels of
+      one version differ;
+    * ``python``: the CPython ABI (``cache_tag``, ``soabi``), for that reason;
+    * ``ptxas``: the version string of the ptxas Triton uses for this arch;
+    * ``env``: the cache-invalidating environment variables that are *set*
+      (setting one to its default value still changes the hash);
+    * ``cache_dir``: group files store absolute paths, so the runtime must use
+      the same path (a copied directory misses, or silently reads the original).
+
+    Args:
+        target: the target the entries were compiled for.
+    """
+    triton = require_triton()
+    from triton._C.libtriton import get_cache_invalidating_env_vars
+
+    tgt = parse_target(target) if isinstance(target, str) else target
+    return {
+        "target": str(tgt),
+        "triton_version": triton.__version__,
+        "triton_key_sha256": triton_key_digest(),
+        "python": {
+            "implementation": sys.implementation.name,
+            "cache_tag": sys.implementation.cache_tag,
+            "soabi": sysconfig.get_config_var("SOABI"),
+            "version": platform.python_version(),
+        },
+        "platform": {"system": platform.system(), "machine": platform.machine()},
+        "ptxas": _ptxas(tgt.arch),
+        "env": dict(sorted(get_cache_invalidating_env_vars().items())),
+        "cache_dir": cache_dir(),
+        "remote_cache_backend": os.environ.get("TRITON_REMOTE_CACHE_BACKEND"),
+        "cache_manager": os.environ.get("TRITON_CACHE_MANAGER"),
+        "fp_fusion_env": os.environ.get("TRITON_DEFAULT_FP_FUSION"),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+
+@attrs.frozen
+class AotArtifact:
+    """What an ahead-of-time compile returns: a record of a cache entry, not a launchable kernel.
+
+    Attributes:
+        kernel: the kernel's name.
+        key: the warmkit compile key.
+        target: the target string, e.g. ``"cuda:90"``.
+        hash: Triton's cache hash of the entry (hex sha256).
+        name: the compiled function's name.
+        cache_dir: the Triton cache directory it was written to.
+        cache_hit: True when the entry already existed on disk.
+    """
+
+    kernel: str
+    key: Any
+    target: str
+    hash: str
+    name: str
+    cache_dir: str
+    cache_hit: bool = False
+
+    @property
+    def entry_dir(self) -> str:
+        """The entry's directory inside the cache (Triton names it by the base32 hash)."""
+        import base64
+
+        return os.path.join(
+            self.cache_dir, base64.b32encode(bytes.fromhex(self.hash)).decode().rstrip("=")
+        )
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError(
+            f"kernel {self.kernel!r} key {self.key!r} was compiled ahead of time for {self.target}; "
+            "an AOT artifact cannot launch. At runtime on the GPU, warm up for the device "
+            "(target=None): the cache entry makes that a disk hit."
+        )
+
+
+_manifest_lock = threading.Lock()
+
+_RECORD_KEYS = ("target", "triton_key_sha256", "python", "ptxas", "env", "cache_dir")
+
+
+def _fingerprint(record: dict[str, Any]) -> str:
+    core = {k: record.get(k) for k in _RECORD_KEYS}
+    return hashlib.sha256(json.dumps(core, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def write_manifest(target: Target, artifacts: list[AotArtifact]) -> Path | None:
+    """Merge ``artifacts`` and their validity record into the cache directory's manifest.
+
+    Returns:
+        The manifest's path, or None when there was nothing to write.
+    """
+    if not artifacts:
+        return None
+    record = validity_record(target)
+    fp = _fingerprint(record)
+    path = Path(artifacts[0].cache_dir) / AOT_MANIFEST
+    with _manifest_lock:
+        data: dict[str, Any] = {"format": 1, "records": {}}
+        if path.exists():
+            try:
+                loaded = json.loads(path.read_text())
+                if isinstance(loaded, dict) and loaded.get("format") == 1:
+                    data = loaded
+            except (OSError, ValueError) as exc:
+                logger.warning("rewriting unreadable AOT manifest %s (%s)", path, exc)
+        rec = data["records"].setdefault(fp, {"validity": record, "entries": {}})
+        rec["validity"] = record
+        for a in artifacts:
+            rec["entries"][a.hash] = {
+                "kernel": a.kernel,
+                "key": repr(a.key),
+                "name": a.name,
+                "target": a.target,
+            }
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".tmp.{os.getpid()}.{threading.get_ident()}")
+        tmp.write_text(json.dumps(data, indent=1, sort_keys=True, default=str))
+        os.replace(tmp, path)
+    logger.info("AOT manifest %s: %d entries for %s", path, len(artifacts), target)
+    return path
+
+
+def check_aot_cache(cache: str | os.PathLike[str] | None = None) -> list[str]:
+    """Say why entries of an AOT-filled Triton cache would not be found by this process.
+
+    Compares each validity record of the cache's manifest with this process
+    (Triton wheel, CPython ABI, ptxas, cache-relevant environment, cache path),
+    and checks that the entries' group files point inside this directory.
+
+    Args:
+        cache: the cache directory; default the one in effect (``TRITON_CACHE_DIR``).
+
+    Returns:
+        One line per problem; empty when the cache is usable as it is.
+    """
+    directory = Path(cache) if cache is not None else Path(cache_dir())
+    directory = directory.resolve()
+    path = directory / AOT_MANIFEST
+    if not path.exists():
+        return [f"no {AOT_MANIFEST} in {directory}: it was not filled by a warmkit AOT warmup"]
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        return [f"{path} is unreadable: {exc}"]
+    problems: list[str] = []
+    for rec in data.get("records", {}).values():
+        recorded = rec.get("validity", {})
+        here = validity_record(recorded.get("target", "cuda:90"))
+        here["cache_dir"] = str(directory)
+        tgt = recorded.get("target")
+        for field in ("triton_version", "triton_key_sha256", "python", "ptxas", "env", "cache_dir"):
+            if recorded.get(field) != here.get(field):
+                problems.append(
+                    f"[{tgt}] {field} differs: cache built with {recorded.get(field)!r}, "
+                    f"this process has {here.get(field)!r}"
+                )
+        for h in rec.get("entries", {}):
+            import base64
+
+            entry = directory / base64.b32encode(bytes.fromhex(h)).decode().rstrip("=")
+            if not entry.is_dir():
+                problems.append(f"[{tgt}] entry {h[:12]}… is missing from {directory}")
+                continue
+            for grp in entry.glob("__grp__*.json"):
+                try:
+                    paths = json.loads(grp.read_text()).get("child_paths", {}).values()
+                except (OSError, ValueError):
+                    problems.append(f"[{tgt}] unreadable group file {grp}")
+                    continue
+                outside = [
+                    p for p in paths if not str(Path(p).resolve()).startswith(str(entry.resolve()))
+                ]
+                if outside:
+                    problems.append(
+                        f"[{tgt}] {grp.name} points outside the cache ({outside[0]}): the directory "
+                        "was copied or moved; Triton will recompile (or read the original while it exists)"
+                    )
+    return problems

@@ -1,0 +1,484 @@
+"""``TritonBackend``: the ``triton`` entry point of ``warmkit.backends``.
+
+Two ways to compile a key, both through the kernel's own ``JITFunction.warmup``
+with the kernel's ``warmup_args(key)`` and ``launch_options(key)``:
+
+* **device** (``target=None``): on the live GPU. After Triton's compile-only
+  warmup, the module is loaded and the launcher built
+  (``CompiledKernel._init_handles``), so the first real launch compiles, loads
+  and builds nothing. Returns a :class:`TritonExecutor`.
+* **ahead of time** (``target="cuda:90"`` ...): on any host, GPU or not, with a
+  driver that reports the declared target (see ``_aot``). Fills the Triton
+  cache; returns an :class:`AotArtifact` and records the entries in the cache's
+  manifest.
+
+Inside ``compile_scope(target, jobs)`` with ``jobs > 1``, compiles run under
+Triton's ``AsyncCompileMode`` on a pool of ``jobs`` threads (Triton releases
+the GIL while compiling). The core calls ``compile()`` from its own worker
+threads; each call submits its compile and waits for it, so up to ``jobs``
+compiles run at once, and keys that map to one Triton cache entry share one
+compile (``AsyncCompileMode`` dedupes by Triton's cache key).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import logging
+import os
+import threading
+import weakref
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor, wait
+from typing import Any
+
+import attrs
+
+from . import _hooks
+from ._aot import (
+    AotArtifact,
+    AotDriver,
+    Target,
+    aot_driver,
+    cache_dir,
+    parse_target,
+    routing,
+    write_manifest,
+)
+from ._compat import INSTALL_HINT, TritonNotInstalledError, require_triton
+from ._kernel import (
+    InterpretedExecutor,
+    TritonExecutor,
+    check_warmup_args,
+    is_interpreted,
+    specialization_of,
+)
+
+__all__ = ["TritonBackend"]
+
+logger = logging.getLogger(__name__)
+
+_prep_lock = threading.RLock()
+
+
+class _ContextThreadPool(ThreadPoolExecutor):
+    """A thread pool whose tasks run in a copy of the submitting thread's context.
+
+    Triton's compile runs in these threads; the copied context carries
+    warmkit's "managed compile" marks, so our hooks do not report warmup
+    compiles as runtime events.
+    """
+
+    def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+        ctx = contextvars.copy_context()
+        return super().submit(ctx.run, fn, *args, **kwargs)
+
+
+def _async_mode_class() -> type:
+    from triton.runtime._async_compile import AsyncCompileMode
+
+    class _LockedAsyncCompileMode(AsyncCompileMode):  # type: ignore[misc, valid-type]
+        """``AsyncCompileMode`` whose dedupe (``submit``) is safe across the core's threads."""
+
+        def __init__(self, executor: Any) -> None:
+            super().__init__(executor, ignore_errors=True)
+            self._warmkit_lock = threading.Lock()
+
+        def submit(self, *args: Any) -> Any:
+            with self._warmkit_lock:
+                return super().submit(*args)
+
+    return _LockedAsyncCompileMode
+
+
+@attrs.define
+class _Scope:
+    target: Target | None
+    jobs: int
+    driver: AotDriver | None = None
+    device: Any = None
+    pool: ThreadPoolExecutor | None = None
+    mode: Any = None
+    artifacts: list[AotArtifact] = attrs.Factory(list)
+    fns: weakref.WeakSet[Any] = attrs.Factory(weakref.WeakSet)
+    lock: threading.Lock = attrs.Factory(threading.Lock)
+
+
+def _is_future(kernel: Any) -> bool:
+    from triton.runtime._async_compile import FutureKernel
+
+    return isinstance(kernel, FutureKernel)
+
+
+def _resolve(kernel: Any) -> Any:
+    """A ``FutureKernel`` -> its ``CompiledKernel`` (thread-safe); anything else unchanged."""
+    if not _is_future(kernel):
+        return kernel
+    fut = getattr(kernel, "future", None)
+    if fut is not None:
+        wait([fut])  # wait outside the lock: other threads resolve their own kernels meanwhile
+    with _prep_lock:
+        return kernel.result()
+
+
+@contextlib.contextmanager
+def _device_guard(device: Any) -> Iterator[Any]:
+    """Make ``device`` current in this thread (the core's worker threads start on device 0)."""
+    from triton.runtime.driver import driver
+
+    active = driver.active
+    current = active.get_current_device()
+    if device is None or device == current:
+        yield current
+        return
+    active.set_current_device(device)
+    try:
+        yield device
+    finally:
+        active.set_current_device(current)
+
+
+def _real_driver() -> Any:
+    """Triton's driver for this process's device, never the AOT router; raises when there is no GPU."""
+    from triton.runtime.driver import driver
+
+    from ._aot import _RoutingDriver
+
+    active = driver._active
+    if active is None or isinstance(active, _RoutingDriver):
+        return driver.default
+    return active
+
+
+class TritonBackend:
+    """The Triton backend (entry point ``triton`` in ``warmkit.backends``).
+
+    Constructed with no arguments by warmkit's plugin loader. See
+    ``docs/architecture.md`` for the interface and ``docs/triton.md`` for how
+    it compiles.
+    """
+
+    name = "triton"
+
+    def __init__(self) -> None:
+        self._scopes: dict[str | None, list[_Scope]] = {}
+        self._scopes_lock = threading.Lock()
+
+    # -- availability and targets ---------------------------------------------------------
+
+    def available(self) -> Any:
+        """Whether Triton (>= 3.6) is importable; the install hint when not."""
+        from warmkit import BackendStatus
+
+        try:
+            triton = require_triton()
+        except TritonNotInstalledError as exc:
+            return BackendStatus(
+                ok=False, reason=str(exc), install_hint=INSTALL_HINT, version=exc.found
+            )
+        return BackendStatus(
+            ok=True, reason=f"Triton {triton.__version__}", version=triton.__version__
+        )
+
+    def default_target(self) -> str | None:
+        """The local GPU's target (``"cuda:90"`` on an H100/H200), or None without a GPU."""
+        try:
+            require_triton()
+            target = _real_driver().get_current_target()
+        except Exception as exc:  # noqa: BLE001 - no GPU, no driver: no default target
+            logger.debug("no Triton device target: %s", exc)
+            return None
+        if target.backend == "cuda":
+            return f"cuda:{target.arch}"
+        return f"{target.backend}:{target.arch}"
+
+    def parallelism(self, target: str | None) -> int:
+        """Compiles worth running at once: one per CPU core (Triton releases the GIL), at most 32."""
+        return max(1, min(os.cpu_count() or 1, 32))
+
+    # -- compiling ---------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def compile_scope(self, target: str | None, jobs: int) -> Iterator[Any]:
+        """Set up one warmup's compiles for ``target``: AOT driver, compile pool, hooks, manifest.
+
+        Args:
+            target: None for this device, else e.g. ``"cuda:90"``.
+            jobs: how many compiles may run at once (1 = serial, no pool).
+
+        Raises:
+            ValueError: an unknown target string.
+            TritonNotInstalledError: Triton is missing.
+        """
+        require_triton()
+        tgt = parse_target(target) if target is not None else None
+        scope = _Scope(target=tgt, jobs=max(1, int(jobs)))
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(_hooks.probe())
+            if tgt is not None:
+                stack.enter_context(routing())
+                scope.driver = AotDriver(tgt)
+            else:
+                try:
+                    scope.device = _real_driver().get_current_device()
+                except Exception as exc:  # noqa: BLE001 - reported per key by compile()
+                    logger.debug("compile_scope: no device (%s)", exc)
+            if scope.jobs > 1:
+                scope.pool = _ContextThreadPool(scope.jobs, thread_name_prefix="warmkit-triton")
+                scope.mode = _async_mode_class()(scope.pool)
+            skey = str(tgt) if tgt is not None else None
+            with self._scopes_lock:
+                self._scopes.setdefault(skey, []).append(scope)
+            try:
+                yield scope
+            finally:
+                with self._scopes_lock:
+                    self._scopes[skey].remove(scope)
+                    if not self._scopes[skey]:
+                        del self._scopes[skey]
+                self._close_scope(scope)
+
+    def _close_scope(self, scope: _Scope) -> None:
+        if scope.mode is not None:
+            # Finalize anything still outstanding, in a throwaway context so that
+            # AsyncCompileMode.__exit__ resets no context variable of the caller.
+            contextvars.copy_context().run(scope.mode.__exit__, None, None, None)
+        if scope.pool is not None:
+            scope.pool.shutdown(wait=True)
+        for fn in list(scope.fns):
+            _replace_futures(fn)
+            if scope.driver is not None:
+                # the AOT binder and its CompiledKernels (cubins in memory) are not needed any more
+                fn.device_caches.pop(scope.driver.device, None)
+        if scope.target is not None and scope.artifacts:
+            write_manifest(scope.target, scope.artifacts)
+
+    def _scope_for(self, target: str | None) -> _Scope | None:
+        with self._scopes_lock:
+            stack = self._scopes.get(target)
+            return stack[-1] if stack else None
+
+    def compile(self, kernel: Any, key: Any, target: str | None) -> Any:
+        """Compile ``key`` of a ``TritonKernel`` for ``target``; return its executor.
+
+        Args:
+            kernel: a ``TritonKernel`` instance.
+            key: one of its ``CompileKey``\\ s.
+            target: None for this process's GPU (device mode), else e.g.
+                ``"cuda:90"`` (ahead of time, no GPU needed).
+
+        Returns:
+            A :class:`TritonExecutor` (device mode), an :class:`AotArtifact`
+            (ahead of time), or an ``InterpretedExecutor`` under
+            ``TRITON_INTERPRET=1``.
+
+        Raises:
+            TritonNotInstalledError: Triton is missing (with the install hint).
+            ValueError: an unknown target string.
+            TypeError: ``warmup_args``/``launch_options`` do not match ``fn``
+                (the message names the parameter), or ``kernel`` is not a TritonKernel.
+            RuntimeError: device mode without a GPU.
+        """
+        require_triton()
+        tgt = parse_target(target) if target is not None else None
+        name = getattr(kernel, "name", type(kernel).__qualname__)
+        fn = getattr(kernel, "fn", None)
+        if fn is None or not hasattr(fn, "warmup"):
+            raise TypeError(
+                f"kernel {name!r} uses the triton backend but has no @triton.jit fn; "
+                "subclass warmkit_triton.TritonKernel and set fn"
+            )
+        options = dict(kernel.launch_options(key) or {})
+        args, kwargs = check_warmup_args(name, fn, kernel.warmup_args(key), options)
+        if is_interpreted(fn):
+            if tgt is not None:
+                raise RuntimeError(
+                    f"kernel {name!r}: TRITON_INTERPRET=1 is set, so Triton interprets kernels and "
+                    f"cannot compile them for {tgt}; unset it for an ahead-of-time compile"
+                )
+            return InterpretedExecutor(kernel=name, key=key, fn=fn, launch_options=options)
+        scope = self._scope_for(str(tgt) if tgt is not None else None)
+        with _hooks.managed(), _hooks.probe():
+            if tgt is not None:
+                return self._compile_aot(name, key, fn, args, kwargs, options, tgt, scope)
+            return self._compile_device(name, key, kernel, fn, args, kwargs, options, scope)
+
+    def _warmup(self, fn: Any, args: Any, kwargs: Any, options: Any, scope: _Scope | None) -> Any:
+        from triton.runtime import _async_compile
+
+        def call() -> Any:
+            return fn.warmup(*args, grid=(1,), **kwargs, **options)
+
+        if scope is not None:
+            scope.fns.add(fn)
+        if scope is None or scope.mode is None:
+            kernel = call()
+        else:
+            token = _async_compile.active_mode.set(scope.mode)
+            try:
+                kernel = call()
+            finally:
+                _async_compile.active_mode.reset(token)
+            kernel = _resolve(kernel)
+            # The same call again, synchronously: an in-memory hit that also makes sure
+            # this exact launch signature has its entry when its compile was shared
+            # with another key (Triton 3.6 records only the first key's entry).
+            kernel = _resolve(call()) or kernel
+        if kernel is None:
+            raise RuntimeError(
+                f"Triton did not compile {getattr(fn, '__name__', fn)}: a jit_cache_hook returned True"
+            )
+        return _resolve(kernel)
+
+    @staticmethod
+    def _prepare(fn: Any) -> Any:
+        """Compute the function's hash and create its binder for the active device, once, under a lock.
+
+        Triton computes both lazily and not thread-safely (3.6's ``cache_key``
+        exposes a placeholder to other threads while it runs); doing it here
+        first keeps parallel compiles from racing on them.
+        """
+        from triton.runtime.driver import driver
+
+        with _prep_lock:
+            _ = fn.cache_key
+            device = driver.active.get_current_device()
+            _ = fn.device_caches[device]
+            return device
+
+    def _compile_device(
+        self,
+        name: str,
+        key: Any,
+        kernel: Any,
+        fn: Any,
+        args: Any,
+        kwargs: Any,
+        options: Any,
+        scope: _Scope | None,
+    ) -> TritonExecutor:
+        try:
+            _real_driver()
+        except Exception as exc:
+            raise RuntimeError(
+                f"kernel {name!r}: no GPU is visible to Triton ({exc}). For an ahead-of-time compile "
+                "on this host pass a target, e.g. warmkit.WarmupConfig(target='cuda:90'); to run "
+                "kernels on CPU set TRITON_INTERPRET=1 before importing them"
+            ) from exc
+        with _device_guard(scope.device if scope is not None else None):
+            device = self._prepare(fn)
+            compiled = self._warmup(fn, args, kwargs, options, scope)
+            # Load the module and build the launcher now (Triton 3.6 builds a C launcher
+            # with gcc here), so that the first real launch builds and loads nothing.
+            compiled._init_handles()
+            spec = specialization_of(fn, device, [_wrap(a) for a in args], {**kwargs, **options})
+        hit = _hooks.pop_outcome(compiled.hash)
+        executor = TritonExecutor(
+            kernel=name,
+            key=key,
+            fn=fn,
+            compiled=compiled,
+            launch_options=options,
+            device=device,
+            cache_hit=hit is not False,
+            specialization=spec,
+            verify=bool(getattr(kernel, "verify_launches", False)),
+        )
+        logger.debug(
+            "kernel %s key %r: %s on device %s",
+            name,
+            key,
+            "cached" if hit is not False else "compiled",
+            device,
+        )
+        return executor
+
+    def _compile_aot(
+        self,
+        name: str,
+        key: Any,
+        fn: Any,
+        args: Any,
+        kwargs: Any,
+        options: Any,
+        tgt: Target,
+        scope: _Scope | None,
+    ) -> AotArtifact:
+        drv = scope.driver if scope is not None and scope.driver is not None else AotDriver(tgt)
+        with aot_driver(drv):
+            self._prepare(fn)
+            compiled = self._warmup(fn, args, kwargs, options, scope)
+        hit = _hooks.pop_outcome(compiled.hash)
+        artifact = AotArtifact(
+            kernel=name,
+            key=key,
+            target=str(tgt),
+            hash=compiled.hash,
+            name=compiled.name,
+            cache_dir=cache_dir(),
+            cache_hit=hit is not False,
+        )
+        if scope is not None:
+            with scope.lock:
+                scope.artifacts.append(artifact)
+        else:
+            fn.device_caches.pop(drv.device, None)
+            write_manifest(tgt, [artifact])
+        logger.debug(
+            "kernel %s key %r: %s for %s (%s)",
+            name,
+            key,
+            "cached" if artifact.cache_hit else "compiled",
+            tgt,
+            artifact.hash[:12],
+        )
+        return artifact
+
+    # -- runtime monitor ---------------------------------------------------------------------------
+
+    def install_monitor(self) -> None:
+        """Report every runtime Triton compile, disk hit and module load to ``warmkit.monitor`` (idempotent)."""
+        try:
+            require_triton()
+        except TritonNotInstalledError:
+            logger.debug("triton not installed: no runtime hooks to install")
+            return
+        _hooks.install()
+
+    def uninstall_monitor(self) -> None:
+        """Remove the hooks, restoring the ones installed before (idempotent)."""
+        try:
+            require_triton()
+        except TritonNotInstalledError:
+            return
+        _hooks.uninstall()
+
+    def __repr__(self) -> str:
+        return "<TritonBackend>"
+
+
+def _wrap(arg: Any) -> Any:
+    """What ``JITFunction.warmup`` does to each positional argument (torch dtypes become mock tensors)."""
+    from triton.runtime.jit import MockTensor
+
+    return MockTensor.wrap_dtype(arg)
+
+
+def _replace_futures(fn: Any) -> None:
+    """Swap resolved ``FutureKernel`` placeholders in ``fn``'s in-memory caches for their kernels.
+
+    Triton 3.9 leaves the placeholder in the cache after an ``AsyncCompileMode``
+    compile; every later launch through ``fn[grid]`` would then pay an extra
+    attribute indirection.
+    """
+    try:
+        caches = list(fn.device_caches.values())
+    except AttributeError:
+        return
+    for entry in caches:
+        kernel_cache = entry[0]
+        for k, v in list(kernel_cache.items()):
+            if _is_future(v):
+                done = v.__dict__.get("kernel")
+                if done is not None:
+                    kernel_cache[k] = done

@@ -1,0 +1,92 @@
+"""Importing Triton lazily, with a clear error, and the few version differences we rely on.
+
+``import warmkit_triton`` never imports Triton: the backend must be able to say
+"Triton is not installed, run ``pip install triton``" instead of failing at
+import. Everything that needs Triton calls :func:`require_triton` first.
+
+Supported: Triton 3.6 and 3.9 (tested); other 3.x >= 3.6 are tried as-is.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from types import ModuleType
+from typing import Any
+
+__all__ = [
+    "INSTALL_HINT",
+    "MIN_TRITON",
+    "TritonNotInstalledError",
+    "require_triton",
+    "triton_version",
+    "version_tuple",
+]
+
+logger = logging.getLogger(__name__)
+
+MIN_TRITON = (3, 6)
+INSTALL_HINT = "pip install warmkit-triton  (or: pip install 'triton>=3.6')"
+
+
+class TritonNotInstalledError(ImportError):
+    """Triton is missing or too old for this backend.
+
+    Attributes:
+        install_hint: the command that fixes it.
+        found: the installed Triton version, or None when it is not importable.
+    """
+
+    def __init__(self, reason: str, *, found: str | None = None) -> None:
+        self.install_hint = INSTALL_HINT
+        self.found = found
+        super().__init__(f"warmkit-triton: {reason}. Install it with: {INSTALL_HINT}")
+
+
+def version_tuple(version: str) -> tuple[int, int]:
+    """``"3.6.0+git1234"`` -> ``(3, 6)``; unparsable parts count as 0."""
+    parts = []
+    for piece in version.split(".")[:2]:
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        parts.append(int(digits) if digits else 0)
+    while len(parts) < 2:
+        parts.append(0)
+    return parts[0], parts[1]
+
+
+def _import_triton() -> ModuleType:
+    try:
+        return importlib.import_module("triton")
+    except ImportError as exc:
+        raise TritonNotInstalledError(f"Triton is not installed ({exc})") from exc
+
+
+def require_triton() -> ModuleType:
+    """Import and return ``triton``, checking the version.
+
+    Raises:
+        TritonNotInstalledError: Triton cannot be imported, or is older than 3.6.
+    """
+    triton = _import_triton()
+    version = getattr(triton, "__version__", "0.0")
+    if version_tuple(version) < MIN_TRITON:
+        raise TritonNotInstalledError(
+            f"Triton {version} is too old; warmkit-triton needs Triton >= "
+            f"{MIN_TRITON[0]}.{MIN_TRITON[1]}",
+            found=version,
+        )
+    return triton
+
+
+def triton_version() -> str | None:
+    """The installed Triton's version, or None when it cannot be imported."""
+    try:
+        return str(_import_triton().__version__)
+    except TritonNotInstalledError:
+        return None
+
+
+def jit_internals() -> Any:
+    """``triton.runtime.jit`` (the module), after the version check."""
+    require_triton()
+    return importlib.import_module("triton.runtime.jit")

@@ -1,0 +1,385 @@
+"""Triton's runtime hooks, chained, feeding ``warmkit.monitor``.
+
+Three Triton hooks are used, for every ``@triton.jit`` function in the process
+(wrapped by warmkit or not):
+
+* ``knobs.runtime.jit_cache_hook``: an in-memory miss, *before* compiling.
+  The monitor's ``on_miss`` runs here, so in ``"error"`` mode the launch is
+  refused before any compile work.
+* ``knobs.compilation.listener``: inside ``triton.compile``, after it; it says
+  whether the entry came from the disk cache (``cache_hit``) or was compiled.
+  It is paired with the cache hook's miss to time the whole event.
+* ``knobs.runtime.kernel_load_start_hook``/``kernel_load_end_hook`` (Triton's
+  ``HookChain``\\ s): a module load with no compile before it, which is what a
+  compile-only warmup leaves to the first launch; reported as kind ``"load"``.
+
+``jit_cache_hook`` and ``listener`` are single slots, so ours **wrap** whatever
+was installed before and call it; uninstalling puts the previous one back. If
+someone installed a hook on top of ours meanwhile, ours stays in their chain
+but becomes a pass-through, so their chain is never broken.
+
+Compiles that warmkit itself performs (``warmkit.monitor.in_managed_compile()``,
+or this backend's own compile threads) are never reported, so one event is
+never counted twice; their outcome (disk hit or compile) is kept for the
+warmup report instead.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import contextvars
+import logging
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+__all__ = [
+    "describe_specialization",
+    "hooks_active",
+    "install",
+    "managed",
+    "pop_outcome",
+    "probe",
+    "reporting",
+    "uninstall",
+]
+
+logger = logging.getLogger(__name__)
+
+BACKEND = "triton"
+
+_managed: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "warmkit_triton_managed", default=False
+)
+
+_lock = threading.RLock()
+_reporting = False  # install_monitor() called: report events to warmkit.monitor
+_probes = 0  # compiles in progress that want outcomes
+_cache_hook: _ChainedCacheHook | None = None
+_listener: _ChainedListener | None = None
+_load_hooks_added = False
+
+# In-memory misses waiting for their compile listener call: id(JITFunction) -> [(t0, spec)].
+_pending: dict[int, collections.deque[tuple[float, str]]] = {}
+# Outcomes of managed compiles: cache hash -> cache_hit.
+_outcomes: collections.OrderedDict[str, bool] = collections.OrderedDict()
+_MAX_OUTCOMES = 8192
+# Hashes whose compile/disk hit was just reported: their module load is part of that event.
+_reported_hashes: collections.OrderedDict[str, None] = collections.OrderedDict()
+_load_t0 = threading.local()
+
+
+def _monitor() -> Any:
+    from warmkit import monitor
+
+    return monitor
+
+
+def _is_managed() -> bool:
+    if _managed.get():
+        return True
+    try:
+        return bool(_monitor().in_managed_compile())
+    except Exception:  # noqa: BLE001 - a core without the monitor: nothing is managed
+        return False
+
+
+@contextlib.contextmanager
+def managed() -> Iterator[None]:
+    """Mark compiles in this block (and in threads started with a copy of this context) as warmkit's."""
+    token = _managed.set(True)
+    try:
+        yield
+    finally:
+        _managed.reset(token)
+
+
+# -- describing a specialization ------------------------------------------------------------
+
+
+def _attr_text(attr: Any) -> str:
+    if not attr:
+        return ""
+    parts = []
+    for item in attr:
+        if isinstance(item, (list, tuple)) and len(item) == 2:
+            name, value = item
+            parts.append(
+                "div16" if name == "tt.divisibility" and value == 16 else f"{name}={value}"
+            )
+        else:
+            parts.append(str(item))
+    return "[" + ",".join(parts) + "]"
+
+
+def describe_specialization(
+    signature: Mapping[str, Any],
+    constants: Mapping[Any, Any],
+    attrs: Mapping[Any, Any],
+    options: Mapping[str, Any],
+) -> str:
+    """A readable, stable string for one compiled variant.
+
+    Example: ``"x:*fp32[div16], n:i32, BLOCK=1024 | num_warps=4, num_stages=3"``.
+    """
+    items = []
+    for i, (name, ty) in enumerate(signature.items()):
+        if ty == "constexpr":
+            value = constants.get((i,), constants.get(name, "?"))
+            value = getattr(value, "value", value)
+            items.append(f"{name}={value!r}")
+        else:
+            items.append(f"{name}:{ty}{_attr_text(attrs.get((i,)))}")
+    opts = [
+        f"{k}={options[k]}"
+        for k in ("num_warps", "num_stages", "num_ctas")
+        if options.get(k) is not None
+    ]
+    if options.get("num_ctas") == 1:
+        opts = opts[:-1]
+    return ", ".join(items) + (" | " + ", ".join(opts) if opts else "")
+
+
+def _kernel_name(jit_fn: Any) -> str:
+    fn = getattr(jit_fn, "fn", None)
+    module = getattr(fn, "__module__", None) or getattr(jit_fn, "module", "?")
+    qualname = getattr(fn, "__qualname__", None) or getattr(jit_fn, "__name__", "?")
+    return f"{module}.{qualname}"
+
+
+# -- the hooks -----------------------------------------------------------------------------
+
+
+class _ChainedCacheHook:
+    """Our ``jit_cache_hook``: calls the previous hook, then reports the miss."""
+
+    def __init__(self, previous: Any) -> None:
+        self.previous = previous
+        self.active = True
+
+    def __call__(self, **kwargs: Any) -> Any:
+        result = self.previous(**kwargs) if self.previous is not None else None
+        if self.active and not result:
+            _on_cache_miss(kwargs)
+        return result
+
+
+class _ChainedListener:
+    """Our ``compilation.listener``: records the outcome, then calls the previous listener."""
+
+    def __init__(self, previous: Any) -> None:
+        self.previous = previous
+        self.active = True
+
+    def __call__(self, **kwargs: Any) -> None:
+        if self.active:
+            try:
+                _on_compiled(kwargs)
+            except Exception:  # a monitor bug must never break a compile
+                logger.exception("warmkit-triton: compile listener failed")
+        if self.previous is not None:
+            self.previous(**kwargs)
+
+
+def _on_cache_miss(kw: dict[str, Any]) -> None:
+    if _is_managed() or not _reporting:
+        return
+    info = kw.get("fn")
+    jit_fn = getattr(info, "jit_function", None)
+    comp = kw.get("compile") or {}
+    options = {k: comp.get(k) for k in ("num_warps", "num_stages", "num_ctas")}
+    configs = comp.get("configs") or [{}]
+    spec = describe_specialization(
+        comp.get("signature", {}), comp.get("constants", {}), configs[0], options
+    )
+    kernel = (
+        _kernel_name(jit_fn)
+        if jit_fn is not None
+        else f"{getattr(info, 'module', '?')}.{getattr(info, 'name', '?')}"
+    )
+    # In "error" mode this raises RuntimeCompileError, before Triton compiles anything.
+    _monitor().on_miss(kernel=kernel, key=spec, backend=BACKEND, context=None)
+    with _lock:
+        _pending.setdefault(id(jit_fn), collections.deque()).append((time.perf_counter(), spec))
+
+
+def _on_compiled(kw: dict[str, Any]) -> None:
+    metadata = kw.get("metadata") or {}
+    cache_hit = bool(kw.get("cache_hit"))
+    digest = metadata.get("hash")
+    if _is_managed():
+        if digest is not None:
+            with _lock:
+                _outcomes[digest] = cache_hit
+                while len(_outcomes) > _MAX_OUTCOMES:
+                    _outcomes.popitem(last=False)
+        return
+    if not _reporting:
+        return
+    src = kw.get("src")
+    jit_fn = getattr(src, "fn", None)
+    with _lock:
+        queue = _pending.get(id(jit_fn))
+        entry = queue.popleft() if queue else None
+        if queue is not None and not queue:
+            _pending.pop(id(jit_fn), None)
+        if digest is not None:
+            _reported_hashes[digest] = None
+            while len(_reported_hashes) > _MAX_OUTCOMES:
+                _reported_hashes.popitem(last=False)
+    if entry is not None:
+        t0, spec = entry
+        seconds = time.perf_counter() - t0
+    else:
+        times = kw.get("times")
+        seconds = getattr(times, "total", 0) / 1e6 if times is not None else 0.0
+        spec = describe_specialization(
+            getattr(src, "signature", {}) or {},
+            getattr(src, "constants", {}) or {},
+            getattr(src, "attrs", {}) or {},
+            metadata,
+        )
+    kernel = _kernel_name(jit_fn) if jit_fn is not None else str(getattr(src, "name", "?"))
+    _monitor().record(
+        kernel=kernel,
+        key=spec,
+        backend=BACKEND,
+        context=None,
+        seconds=seconds,
+        kind="disk_hit" if cache_hit else "compile",
+    )
+
+
+def _on_load_start(module: Any, function: Any, name: str, metadata_group: Any, hash: str) -> None:
+    if _reporting and not _is_managed():
+        _load_t0.value = (hash, time.perf_counter())
+
+
+def _on_load_end(module: Any, function: Any, name: str, metadata_group: Any, hash: str) -> None:
+    if not _reporting or _is_managed():
+        return
+    started = getattr(_load_t0, "value", None)
+    _load_t0.value = None
+    with _lock:
+        if hash in _reported_hashes:
+            # the load that follows a reported runtime compile is part of that event
+            del _reported_hashes[hash]
+            return
+    seconds = time.perf_counter() - started[1] if started and started[0] == hash else 0.0
+    _monitor().record(
+        kernel=str(name), key=f"module {hash[:16]}", backend=BACKEND, seconds=seconds, kind="load"
+    )
+
+
+# -- install / uninstall ----------------------------------------------------------------------
+
+
+def _install_locked() -> None:
+    global _cache_hook, _listener, _load_hooks_added
+    from triton import knobs
+
+    current = knobs.runtime.jit_cache_hook
+    if _cache_hook is None or current is not _cache_hook:
+        if _cache_hook is not None:
+            _cache_hook.active = False  # left inside someone else's chain: pass-through
+        _cache_hook = _ChainedCacheHook(current)
+        knobs.runtime.jit_cache_hook = _cache_hook
+    current_listener = knobs.compilation.listener
+    if _listener is None or current_listener is not _listener:
+        if _listener is not None:
+            _listener.active = False
+        _listener = _ChainedListener(current_listener)
+        knobs.compilation.listener = _listener
+    if not _load_hooks_added:
+        start, end = knobs.runtime.kernel_load_start_hook, knobs.runtime.kernel_load_end_hook
+        if hasattr(start, "add") and hasattr(end, "add"):
+            start.add(_on_load_start)
+            end.add(_on_load_end)
+            _load_hooks_added = True
+
+
+def _uninstall_locked() -> None:
+    global _cache_hook, _listener, _load_hooks_added
+    from triton import knobs
+
+    if _cache_hook is not None:
+        if knobs.runtime.jit_cache_hook is _cache_hook:
+            knobs.runtime.jit_cache_hook = _cache_hook.previous
+        else:
+            _cache_hook.active = False
+            logger.debug(
+                "jit_cache_hook was replaced on top of warmkit's; leaving ours as a pass-through"
+            )
+        _cache_hook = None
+    if _listener is not None:
+        if knobs.compilation.listener is _listener:
+            knobs.compilation.listener = _listener.previous
+        else:
+            _listener.active = False
+            logger.debug(
+                "compilation.listener was replaced on top of warmkit's; leaving ours as a pass-through"
+            )
+        _listener = None
+    if _load_hooks_added:
+        start, end = knobs.runtime.kernel_load_start_hook, knobs.runtime.kernel_load_end_hook
+        if hasattr(start, "remove"):
+            start.remove(_on_load_start)
+        if hasattr(end, "remove"):
+            end.remove(_on_load_end)
+        _load_hooks_added = False
+
+
+def install() -> None:
+    """Start reporting runtime Triton events to ``warmkit.monitor`` (idempotent)."""
+    global _reporting
+    with _lock:
+        _reporting = True
+        _install_locked()
+    logger.debug("Triton runtime hooks installed")
+
+
+def uninstall() -> None:
+    """Stop reporting; restore the hooks that were installed before (idempotent)."""
+    global _reporting
+    with _lock:
+        _reporting = False
+        _pending.clear()
+        if _probes == 0:
+            _uninstall_locked()
+    logger.debug("Triton runtime hooks uninstalled")
+
+
+def reporting() -> bool:
+    """Whether events are being reported to the monitor."""
+    return _reporting
+
+
+def hooks_active() -> bool:
+    """Whether our hooks are the ones installed in Triton's knobs right now."""
+    from triton import knobs
+
+    return _cache_hook is not None and knobs.runtime.jit_cache_hook is _cache_hook
+
+
+@contextlib.contextmanager
+def probe() -> Iterator[None]:
+    """Keep the hooks installed for a block so managed compiles record their outcome."""
+    global _probes
+    with _lock:
+        _probes += 1
+        _install_locked()
+    try:
+        yield
+    finally:
+        with _lock:
+            _probes -= 1
+            if _probes == 0 and not _reporting:
+                _uninstall_locked()
+
+
+def pop_outcome(digest: str) -> bool | None:
+    """The recorded outcome of a managed compile: True = disk hit, False = compiled, None = not seen."""
+    with _lock:
+        return _outcomes.pop(digest, None)

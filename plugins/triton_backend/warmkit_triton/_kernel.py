@@ -1,0 +1,461 @@
+"""``TritonKernel``, the kernel contract for Triton, and the executors the backend returns.
+
+A subclass names its ``@triton.jit`` function and says, per compile key, which
+arguments a launch of that variant has (``warmup_args``) and with which launch
+options (``launch_options``). warmkit warms every key up before serving; at
+runtime ``run(key, grid, *args)`` launches the compiled variant directly.
+
+Example::
+
+    @triton.jit
+    def add_kernel(x, y, out, n, BLOCK: tl.constexpr): ...
+
+    class Add(TritonKernel):
+        fn = add_kernel
+
+        @attrs.frozen
+        class CompileKey:
+            dtype: str
+            n_rep: int  # specialization_rep(n)
+            block: int
+
+        def dispatch(self, *, dtype, n, block=1024):
+            return self.CompileKey(dtype, specialization_rep(n), block)
+
+        def warmup_args(self, key):
+            t = WarmupTensor(key.dtype, (key.block,))
+            return (t, t, t, key.n_rep), {"BLOCK": key.block}
+
+        def launch_options(self, key):
+            return {"num_warps": 4}
+
+        def __call__(self, x, y, out):
+            n = x.numel()
+            key = self.dispatch(dtype=str(x.dtype).removeprefix("torch."), n=n)
+            self.run(key, (triton.cdiv(n, key.block),), x, y, out, n, BLOCK=key.block)
+"""
+
+from __future__ import annotations
+
+import difflib
+import logging
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar, TypeVar
+
+from warmkit import JitKernel, KernelDefinitionError
+
+__all__ = [
+    "InterpretedExecutor",
+    "SpecializationMismatchError",
+    "TritonExecutor",
+    "TritonKernel",
+    "check_warmup_args",
+]
+
+logger = logging.getLogger(__name__)
+
+K = TypeVar("K")
+
+
+class SpecializationMismatchError(RuntimeError):
+    """A launch's arguments specialize differently from the variant its key names.
+
+    Raised only when launch verification is on (``TritonKernel.verify_launches``
+    or ``WARMKIT_TRITON_VERIFY=1``).
+
+    Attributes:
+        kernel: the kernel's name.
+        key: the compile key.
+        parameter: the first parameter whose specialization differs.
+    """
+
+    def __init__(self, kernel: str, key: Any, parameter: str, expected: Any, got: Any) -> None:
+        self.kernel = kernel
+        self.key = key
+        self.parameter = parameter
+        super().__init__(
+            f"kernel {kernel!r} key {key!r}: argument {parameter!r} specializes as {got!r} at this "
+            f"launch, but the key's variant was compiled for {expected!r}. dispatch() must put "
+            "everything Triton specializes on into the key (use warmkit_triton.specialization_rep "
+            "for ints, and the alignment of pointers)"
+        )
+
+
+class TritonKernel(JitKernel[K]):
+    """A warmkit kernel wrapper around one ``@triton.jit`` function.
+
+    A subclass provides, besides ``CompileKey`` and ``dispatch``:
+
+    * ``fn``: the ``@triton.jit`` function (class attribute);
+    * ``warmup_args(key) -> (args, kwargs)``: the positional and keyword
+      arguments (constexprs included, launch options excluded) of a launch
+      with exactly ``key``'s specialization, built from ``WarmupTensor``\\ s
+      and representative scalars;
+    * ``launch_options(key)``: ``num_warps``, ``num_stages`` ... The same
+      function serves warmup and runtime, because Triton's in-memory cache key
+      includes the exact launch kwargs and even their order.
+
+    Its own ``__call__`` computes the key with ``dispatch`` and calls
+    :meth:`run`.
+
+    Class attributes:
+        backend: ``"triton"``.
+        fn: the ``@triton.jit`` function.
+        verify_launches: check every launch's argument specialization against
+            the key's variant (slower; for tests and debugging). The
+            environment variable ``WARMKIT_TRITON_VERIFY=1`` turns it on for
+            every kernel.
+    """
+
+    backend: ClassVar[str | None] = "triton"
+    fn: ClassVar[Any]
+    verify_launches: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        concrete = hasattr(cls, "_warmkit_dispatch_info")
+        if not concrete or cls.compile is not TritonKernel.compile:
+            return
+        fn = getattr(cls, "fn", None)
+        if fn is None:
+            raise KernelDefinitionError(
+                cls, "is a TritonKernel without fn: set fn = <your @triton.jit function>"
+            )
+        if not (hasattr(fn, "warmup") and hasattr(fn, "arg_names")) or isinstance(fn, type):
+            raise KernelDefinitionError(
+                cls, f"fn must be a @triton.jit function, got {type(fn).__name__} {fn!r}"
+            )
+        if cls.warmup_args is TritonKernel.warmup_args:
+            raise KernelDefinitionError(cls, "must define warmup_args(self, key) -> (args, kwargs)")
+
+    def warmup_args(self, key: K) -> tuple[Sequence[Any], Mapping[str, Any]]:
+        """The arguments of a launch with exactly ``key``'s specialization.
+
+        Args:
+            key: a ``CompileKey``.
+
+        Returns:
+            ``(args, kwargs)``: positional and keyword arguments of ``fn``,
+            constexprs included, launch options (``num_warps`` ...) excluded.
+            Use ``WarmupTensor`` for tensors and
+            ``specialization_rep`` values for specialized ints.
+        """
+        raise NotImplementedError(f"{type(self).__qualname__} must define warmup_args(self, key)")
+
+    def launch_options(self, key: K) -> Mapping[str, Any]:
+        """Triton launch options (``num_warps``, ``num_stages`` ...) for ``key``; default none.
+
+        Used at warmup and at runtime alike; return the same keys in the same
+        order every time.
+        """
+        return {}
+
+    def run(self, key: K, grid: Any, *args: Any, **kwargs: Any) -> Any:
+        """Launch ``key``'s variant: ``get_or_compile(key)``, then launch.
+
+        After warmup this calls the cached compiled kernel's launcher directly
+        (no binder, no in-memory cache lookup); where the installed Triton does
+        not allow it, it falls back to ``fn[grid](*args, **kwargs, **launch_options(key))``.
+
+        Args:
+            key: the key ``dispatch`` returned for this launch.
+            grid: the launch grid (a tuple, or a callable of the bound arguments).
+            *args: the kernel's positional arguments.
+            **kwargs: the kernel's keyword arguments (constexprs included);
+                launch options come from ``launch_options(key)``.
+
+        Raises:
+            warmkit.RuntimeCompileError: the key was not warmed up and the
+                monitor is in ``"error"`` mode.
+            TypeError: the arguments do not match ``fn``'s parameters.
+        """
+        return self.get_or_compile(key)(grid, *args, **kwargs)
+
+    def compile(self, key: K) -> Any:
+        """Compile ``key`` through the ``triton`` backend (see ``JitKernel.compile``)."""
+        return super().compile(key)
+
+
+# -- argument checks ------------------------------------------------------------------------------
+
+
+def _params(fn: Any) -> tuple[list[str], dict[str, Any]]:
+    """Parameter names and defaults of a JITFunction (or InterpretedFunction)."""
+    import inspect
+
+    names = list(fn.arg_names)
+    sig = getattr(fn, "signature", None) or inspect.signature(fn.fn)
+    defaults = {
+        n: p.default for n, p in sig.parameters.items() if p.default is not inspect.Parameter.empty
+    }
+    return names, defaults
+
+
+def _suggest(name: str, names: Sequence[str]) -> str:
+    close = difflib.get_close_matches(name, list(names), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _launch_option_names() -> set[str] | None:
+    try:
+        from triton.backends.nvidia.compiler import CUDAOptions
+    except ImportError:
+        return None
+    return set(CUDAOptions.__dataclass_fields__) | {"debug", "instrumentation_mode"}
+
+
+def check_warmup_args(
+    kernel: str, fn: Any, warmup: Any, options: Mapping[str, Any]
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """Validate ``warmup_args(key)``'s result and ``launch_options(key)`` against ``fn``'s parameters.
+
+    Args:
+        kernel: the kernel's name, for messages.
+        fn: the ``@triton.jit`` function.
+        warmup: what ``warmup_args`` returned.
+        options: what ``launch_options`` returned.
+
+    Returns:
+        ``(args, kwargs)`` as a tuple and a dict.
+
+    Raises:
+        TypeError: naming the parameter: too many positional arguments, an
+            unknown keyword, a parameter given twice or not at all, a launch
+            option that is a kernel parameter or unknown to Triton.
+    """
+    fname = getattr(fn, "__name__", repr(fn))
+    if not (isinstance(warmup, tuple) and len(warmup) == 2 and isinstance(warmup[1], Mapping)):
+        raise TypeError(
+            f"kernel {kernel!r}: warmup_args(key) must return (args, kwargs), a tuple and a dict; "
+            f"got {type(warmup).__name__} {warmup!r:.200}"
+        )
+    args, kwargs = tuple(warmup[0]), dict(warmup[1])
+    names, defaults = _params(fn)
+    listing = f"{fname}({', '.join(names)})"
+    if len(args) > len(names):
+        raise TypeError(
+            f"kernel {kernel!r}: warmup_args gives {len(args)} positional arguments but {listing} "
+            f"takes {len(names)}"
+        )
+    positional = set(names[: len(args)])
+    for name in kwargs:
+        if name not in names:
+            hint = ""
+            if name in (_launch_option_names() or ()):
+                hint = "; launch options belong in launch_options(key)"
+            raise TypeError(
+                f"kernel {kernel!r}: warmup_args passes {name!r}, which is not a parameter of "
+                f"{listing}{_suggest(name, names)}{hint}"
+            )
+        if name in positional:
+            raise TypeError(
+                f"kernel {kernel!r}: warmup_args gives parameter {name!r} of {listing} both "
+                "positionally and by keyword"
+            )
+    for name in names[len(args) :]:
+        if name not in kwargs and name not in defaults:
+            raise TypeError(
+                f"kernel {kernel!r}: warmup_args does not give parameter {name!r} of {listing}"
+            )
+    known = _launch_option_names()
+    for name in options:
+        if name in names:
+            raise TypeError(
+                f"kernel {kernel!r}: launch_options(key) sets {name!r}, which is a parameter of "
+                f"{listing}; pass it in warmup_args and at launch instead"
+            )
+        if known is not None and name not in known:
+            raise TypeError(
+                f"kernel {kernel!r}: launch_options(key) sets {name!r}, which is not a Triton "
+                f"launch option{_suggest(name, sorted(known))}"
+            )
+    return args, kwargs
+
+
+# -- executors ------------------------------------------------------------------------------------
+
+
+def _verify_default() -> bool:
+    return os.environ.get("WARMKIT_TRITON_VERIFY", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+class TritonExecutor:
+    """A warmed-up Triton variant, launchable as ``executor(grid, *args, **kwargs)``.
+
+    It holds the loaded ``CompiledKernel`` and calls its launcher directly,
+    the way ``JITFunction.run`` does after its binder and cache lookup, but
+    without them. It falls back to ``fn[grid](...)`` when a fast launch is not
+    possible: another current device, ``pre_run_hooks`` on ``fn``, or a
+    ``CompiledKernel`` without the expected launcher attributes.
+
+    Attributes:
+        kernel: the kernel's name.
+        key: the compile key.
+        fn: the ``@triton.jit`` function.
+        compiled: Triton's ``CompiledKernel`` (loaded).
+        launch_options: the launch options it was compiled with.
+        device: the device it was loaded on.
+        cache_hit: True when the variant came from Triton's disk cache (or was
+            already in memory), False when it was compiled.
+        fast: whether launches bypass ``fn[grid]``.
+    """
+
+    def __init__(
+        self,
+        *,
+        kernel: str,
+        key: Any,
+        fn: Any,
+        compiled: Any,
+        launch_options: Mapping[str, Any],
+        device: Any,
+        cache_hit: bool,
+        specialization: list[Any] | None = None,
+        verify: bool = False,
+    ) -> None:
+        self.kernel = kernel
+        self.key = key
+        self.fn = fn
+        self.compiled = compiled
+        self.launch_options = dict(launch_options)
+        self.device = device
+        self.cache_hit = cache_hit
+        self._specialization = specialization
+        self._verify = verify or _verify_default()
+        self._names, self._defaults = _params(fn)
+        self._nparams = len(self._names)
+        from triton import knobs
+        from triton.runtime.driver import driver
+
+        self._knobs_runtime = knobs.runtime
+        from triton.knobs import HookChain
+
+        self._hookchain = HookChain
+        active = driver.active
+        self._get_device = active.get_current_device
+        self._get_stream = active.get_current_stream
+        try:
+            self._launcher = (
+                compiled.run
+            )  # loads the module and builds the launcher if not yet done
+            self._function = compiled.function
+            self._packed = compiled.packed_metadata
+            self.fast = self._launcher is not None and self._function is not None
+        except AttributeError as exc:
+            logger.debug("kernel %s: no fast launch (%s); using fn[grid]", kernel, exc)
+            self.fast = False
+
+    def __call__(self, grid: Any, *args: Any, **kwargs: Any) -> None:
+        if self.fast and not self.fn.pre_run_hooks:
+            if kwargs or len(args) != self._nparams:
+                args = self._bind(args, kwargs)
+            device = self._get_device()
+            if device == self.device:
+                if self._verify:
+                    self._check(args)
+                stream = self._get_stream(device)
+                if callable(grid):
+                    grid = grid(dict(zip(self._names, args)))
+                n = len(grid)
+                gx = grid[0]
+                gy = grid[1] if n > 1 else 1
+                gz = grid[2] if n > 2 else 1
+                rt = self._knobs_runtime
+                enter, leave = rt.launch_enter_hook, rt.launch_exit_hook
+                hc = self._hookchain
+                if (enter is None or (type(enter) is hc and not enter.calls)) and (
+                    leave is None or (type(leave) is hc and not leave.calls)
+                ):
+                    self._launcher(
+                        gx, gy, gz, stream, self._function, self._packed, None, None, None, *args
+                    )
+                else:
+                    meta = self.compiled.launch_metadata(grid, stream, *args)
+                    self._launcher(
+                        gx, gy, gz, stream, self._function, self._packed, meta, enter, leave, *args
+                    )
+                return None
+            return self.fn[grid](*args, **self.launch_options)
+        return self.fn[grid](*args, **kwargs, **self.launch_options)
+
+    def _bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
+        names = self._names
+        if len(args) > self._nparams:
+            raise TypeError(
+                f"kernel {self.kernel!r}: {len(args)} positional arguments given, "
+                f"{self.fn.__name__} takes {self._nparams} ({', '.join(names)})"
+            )
+        out = list(args)
+        remaining = dict(kwargs)
+        for name in names[: len(args)]:
+            if name in remaining:
+                raise TypeError(f"kernel {self.kernel!r}: argument {name!r} given twice")
+        for name in names[len(args) :]:
+            if name in remaining:
+                out.append(remaining.pop(name))
+            elif name in self._defaults:
+                out.append(self._defaults[name])
+            else:
+                raise TypeError(
+                    f"kernel {self.kernel!r}: missing argument {name!r} of {self.fn.__name__}"
+                )
+        if remaining:
+            name = next(iter(remaining))
+            raise TypeError(
+                f"kernel {self.kernel!r}: {name!r} is not a parameter of {self.fn.__name__}"
+                f"{_suggest(name, names)}; launch options come from launch_options(key)"
+            )
+        return tuple(out)
+
+    def _check(self, args: tuple[Any, ...]) -> None:
+        if self._specialization is None:
+            return
+        spec = specialization_of(self.fn, self.device, args, self.launch_options)
+        for name, want, got in zip(self._names, self._specialization, spec):
+            if tuple(want) != tuple(got):
+                raise SpecializationMismatchError(self.kernel, self.key, name, want, got)
+
+    def __repr__(self) -> str:
+        mode = "fast" if self.fast else "fn[grid]"
+        return f"<TritonExecutor {self.kernel} key={self.key!r} device={self.device!r} {mode}>"
+
+
+def specialization_of(
+    fn: Any, device: Any, args: Sequence[Any], options: Mapping[str, Any]
+) -> list[Any]:
+    """Triton's own specialization of a call, from the function's generated binder."""
+    binder = fn.device_caches[device][-1]
+    _, spec, _ = binder(*args, **options)
+    return [tuple(s) if isinstance(s, (list, tuple)) else s for s in spec]
+
+
+class InterpretedExecutor:
+    """The executor under ``TRITON_INTERPRET=1``: nothing compiles, launches run in Triton's interpreter.
+
+    Attributes:
+        kernel: the kernel's name.
+        key: the compile key.
+        cache_hit: always True (nothing was compiled).
+    """
+
+    cache_hit = True
+
+    def __init__(
+        self, *, kernel: str, key: Any, fn: Any, launch_options: Mapping[str, Any]
+    ) -> None:
+        self.kernel = kernel
+        self.key = key
+        self.fn = fn
+        self.launch_options = dict(launch_options)
+
+    def __call__(self, grid: Any, *args: Any, **kwargs: Any) -> Any:
+        return self.fn[grid](*args, **kwargs, **self.launch_options)
+
+    def __repr__(self) -> str:
+        return f"<InterpretedExecutor {self.kernel} key={self.key!r}>"
+
+
+def is_interpreted(fn: Any) -> bool:
+    """Whether ``fn`` was made under ``TRITON_INTERPRET=1`` (an ``InterpretedFunction``)."""
+    return type(fn).__name__ == "InterpretedFunction"
