@@ -7,10 +7,10 @@ each concept to its module.
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING, Any
 
 from . import monitor
 from ._backend import Backend, BackendStatus, current_target
-from ._bundle import BundleInstall, build_bundle, inspect_bundle, install_bundle
 from ._exceptions import (
     BackendNotImplementedError,
     BackendUnavailableError,
@@ -66,3 +66,23 @@ __all__ = [
 ]
 
 logging.getLogger(__name__).addHandler(logging.NullHandler())
+
+# Bundles pull in tarfile, hashlib and friends; load them on first use so that
+# `import warmkit` stays cheap for engines that never touch a bundle.
+_LAZY = {"BundleInstall", "build_bundle", "inspect_bundle", "install_bundle"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        from . import _bundle
+
+        return getattr(_bundle, name)
+    raise AttributeError(f"module 'warmkit' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | _LAZY)
+
+
+if TYPE_CHECKING:
+    from ._bundle import BundleInstall, build_bundle, inspect_bundle, install_bundle

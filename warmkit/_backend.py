@@ -8,8 +8,6 @@ published as an entry point in the group ``warmkit.backends``; see
 from __future__ import annotations
 
 import contextlib
-import importlib.metadata
-import importlib.util
 from collections.abc import Iterator
 from contextlib import AbstractContextManager as ContextManager
 from contextvars import ContextVar
@@ -110,6 +108,9 @@ class _StubBackend:
     distribution: str
 
     def available(self) -> BackendStatus:
+        import importlib.metadata
+        import importlib.util
+
         if importlib.util.find_spec(self.module) is None:
             return BackendStatus(
                 ok=False,

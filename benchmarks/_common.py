@@ -1,0 +1,79 @@
+"""Shared helpers for the benchmark scripts: timing statistics, machine facts, output."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+
+def stats(samples: Sequence[float]) -> dict[str, float]:
+    """Median, min and max of a list of samples, plus how many there were."""
+    return {
+        "median": statistics.median(samples),
+        "min": min(samples),
+        "max": max(samples),
+        "runs": len(samples),
+    }
+
+
+def machine() -> dict[str, Any]:
+    """The facts a reader needs to compare numbers: host, CPUs, Python, versions."""
+    info: dict[str, Any] = {
+        "host": platform.node(),
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+    }
+    for mod in ("warmkit", "triton", "torch"):
+        try:
+            info[mod] = __import__(mod).__version__
+        except Exception:  # noqa: BLE001 -- a missing package is a fact, not an error
+            info[mod] = None
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            info["gpu"] = torch.cuda.get_device_name(0)
+    except Exception:  # noqa: BLE001
+        pass
+    return info
+
+
+def parser(description: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--out", help="write the results as JSON here")
+    p.add_argument("--tiny", action="store_true", help="a seconds-long smoke run (for tests)")
+    p.add_argument("--runs", type=int, default=5, help="repetitions per measurement (>= 5)")
+    return p
+
+
+def table(rows: Sequence[Sequence[Any]], head: Sequence[str]) -> str:
+    cells = [list(map(str, head))] + [[str(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(head))]
+    lines = [
+        "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths)))
+        for r in cells
+    ]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def emit(name: str, results: dict[str, Any], out: str | None, text: str) -> None:
+    """Print the table, and write ``{benchmark, machine, command, results}`` as JSON if asked."""
+    print(text)
+    if out:
+        doc = {
+            "benchmark": name,
+            "machine": machine(),
+            "command": " ".join([Path(sys.executable).name, *sys.argv]),
+            "results": results,
+        }
+        Path(out).write_text(json.dumps(doc, indent=2, default=str) + "\n")
+        print(f"wrote {out}")
