@@ -39,10 +39,9 @@ def machine() -> dict[str, Any]:
     try:
         import torch
 
-        if torch.cuda.is_available():
-            info["gpu"] = torch.cuda.get_device_name(0)
-    except Exception:  # noqa: BLE001
-        pass
+        info["gpu"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    except Exception:  # noqa: BLE001 -- no torch: no GPU to name
+        info["gpu"] = None
     return info
 
 
