@@ -36,21 +36,23 @@ import attrs
 from ._compat import require_triton
 
 __all__ = [
-    "AOT_MANIFEST",
+    "AOT_RECORD",
     "AotArtifact",
     "AotDriver",
     "Target",
     "aot_driver",
     "check_aot_cache",
+    "fingerprint",
     "parse_target",
+    "relocate_cache_entry",
     "validity_record",
-    "write_manifest",
+    "write_entry_record",
 ]
 
 logger = logging.getLogger(__name__)
 
-#: File written at the top of the Triton cache directory by an AOT warmup.
-AOT_MANIFEST = "warmkit-triton-aot.json"
+#: File an AOT compile writes into each Triton cache entry it produced.
+AOT_RECORD = "warmkit-aot.json"
 
 ACCEPTED_TARGETS = "'cuda:<compute capability>' such as 'cuda:80', 'cuda:90', 'cuda:100' (also 'sm_90', 'cuda:9.0')"
 
@@ -289,8 +291,10 @@ def validity_record(target: Target | str) -> dict[str, Any]:
     * ``ptxas``: the version string of the ptxas Triton uses for this arch;
     * ``env``: the cache-invalidating environment variables that are *set*
       (setting one to its default value still changes the hash);
-    * ``cache_dir``: group files store absolute paths, so the runtime must use
-      the same path (a copied directory misses, or silently reads the original).
+    * ``cache_dir`` (informational): group files store absolute paths, so a
+      runtime must use the same path, or relocate the entries (warmkit bundles
+      do; see :func:`relocate_cache_entry`); a plain copy misses, or silently
+      reads the original files while they exist.
 
     Args:
         target: the target the entries were compiled for.
@@ -359,106 +363,165 @@ class AotArtifact:
         )
 
 
-_manifest_lock = threading.Lock()
-
-_RECORD_KEYS = ("target", "triton_key_sha256", "python", "ptxas", "env", "cache_dir")
-
-
-def _fingerprint(record: dict[str, Any]) -> str:
-    core = {k: record.get(k) for k in _RECORD_KEYS}
-    return hashlib.sha256(json.dumps(core, sort_keys=True, default=str).encode()).hexdigest()[:16]
+_record_cache: dict[str, dict[str, Any]] = {}
+_record_lock = threading.Lock()
 
 
-def write_manifest(target: Target, artifacts: list[AotArtifact]) -> Path | None:
-    """Merge ``artifacts`` and their validity record into the cache directory's manifest.
+def _cached_record(target: Target) -> dict[str, Any]:
+    """``validity_record`` without ``created``, memoized per target and environment."""
+    from triton._C.libtriton import get_cache_invalidating_env_vars
+
+    memo = json.dumps([str(target), cache_dir(), sorted(get_cache_invalidating_env_vars().items())])
+    with _record_lock:
+        rec = _record_cache.get(memo)
+        if rec is None:
+            rec = validity_record(target)
+            rec.pop("created", None)
+            _record_cache[memo] = rec
+        return rec
+
+
+def write_entry_record(artifact: AotArtifact, target: Target) -> Path | None:
+    """Write ``<entry>/warmkit-aot.json``: the validity record and what the entry is.
+
+    The record lives inside the entry's own directory (Triton ignores files it
+    does not know there), so it travels with the entry through a copy or a
+    warmkit bundle, and concurrent warmups never contend for one file.
 
     Returns:
-        The manifest's path, or None when there was nothing to write.
+        The record's path, or None when the entry directory does not exist
+        (e.g. a remote cache manager).
     """
-    if not artifacts:
+    entry = Path(artifact.entry_dir)
+    if not entry.is_dir():
+        logger.debug("no local cache entry %s for %s; record not written", entry, artifact.kernel)
         return None
-    record = validity_record(target)
-    fp = _fingerprint(record)
-    path = Path(artifacts[0].cache_dir) / AOT_MANIFEST
-    with _manifest_lock:
-        data: dict[str, Any] = {"format": 1, "records": {}}
-        if path.exists():
-            try:
-                loaded = json.loads(path.read_text())
-                if isinstance(loaded, dict) and loaded.get("format") == 1:
-                    data = loaded
-            except (OSError, ValueError) as exc:
-                logger.warning("rewriting unreadable AOT manifest %s (%s)", path, exc)
-        rec = data["records"].setdefault(fp, {"validity": record, "entries": {}})
-        rec["validity"] = record
-        for a in artifacts:
-            rec["entries"][a.hash] = {
-                "kernel": a.kernel,
-                "key": repr(a.key),
-                "name": a.name,
-                "target": a.target,
-            }
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".tmp.{os.getpid()}.{threading.get_ident()}")
-        tmp.write_text(json.dumps(data, indent=1, sort_keys=True, default=str))
+    data = {
+        "format": 1,
+        "validity": _cached_record(target),
+        "kernel": artifact.kernel,
+        "key": repr(artifact.key),
+        "name": artifact.name,
+        "target": artifact.target,
+        "hash": artifact.hash,
+    }
+    path = entry / AOT_RECORD
+    text = json.dumps(data, indent=1, sort_keys=True, default=str)
+    try:
+        if path.exists() and path.read_text() == text:
+            return path
+        tmp = entry / f".{AOT_RECORD}.{os.getpid()}.{threading.get_ident()}.tmp"
+        tmp.write_text(text)
         os.replace(tmp, path)
-    logger.info("AOT manifest %s: %d entries for %s", path, len(artifacts), target)
+    except OSError as exc:
+        logger.warning("could not write AOT record %s: %s", path, exc)
+        return None
     return path
+
+
+#: The fields of a validity record that decide whether a runtime finds the entry.
+CHECKED_FIELDS = ("triton_version", "triton_key_sha256", "python", "ptxas", "env")
 
 
 def check_aot_cache(cache: str | os.PathLike[str] | None = None) -> list[str]:
     """Say why entries of an AOT-filled Triton cache would not be found by this process.
 
-    Compares each validity record of the cache's manifest with this process
-    (Triton wheel, CPython ABI, ptxas, cache-relevant environment, cache path),
-    and checks that the entries' group files point inside this directory.
+    For every entry that carries a warmkit AOT record, compares the record with
+    this process (Triton wheel, CPython ABI, ptxas, cache-relevant
+    environment), and checks that the entry's group file points inside this
+    directory (a copied or moved cache misses, or silently reads the original).
 
     Args:
         cache: the cache directory; default the one in effect (``TRITON_CACHE_DIR``).
 
     Returns:
-        One line per problem; empty when the cache is usable as it is.
+        One line per problem; empty when every recorded entry is usable here.
     """
     directory = Path(cache) if cache is not None else Path(cache_dir())
     directory = directory.resolve()
-    path = directory / AOT_MANIFEST
-    if not path.exists():
-        return [f"no {AOT_MANIFEST} in {directory}: it was not filled by a warmkit AOT warmup"]
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        return [f"{path} is unreadable: {exc}"]
+    records = sorted(directory.glob(f"*/{AOT_RECORD}"))
+    if not records:
+        return [
+            f"no warmkit AOT records under {directory}: it was not filled by a warmkit AOT warmup"
+        ]
     problems: list[str] = []
-    for rec in data.get("records", {}).values():
-        recorded = rec.get("validity", {})
-        here = validity_record(recorded.get("target", "cuda:90"))
-        here["cache_dir"] = str(directory)
-        tgt = recorded.get("target")
-        for field in ("triton_version", "triton_key_sha256", "python", "ptxas", "env", "cache_dir"):
-            if recorded.get(field) != here.get(field):
+    here: dict[str, dict[str, Any]] = {}
+    for path in records:
+        entry = path.parent
+        try:
+            data = json.loads(path.read_text())
+            recorded = data["validity"]
+            tgt = data["target"]
+        except (OSError, ValueError, KeyError) as exc:
+            problems.append(f"{path}: unreadable record ({exc})")
+            continue
+        if tgt not in here:
+            here[tgt] = _cached_record(parse_target(tgt))
+        for field in CHECKED_FIELDS:
+            if recorded.get(field) != here[tgt].get(field):
                 problems.append(
-                    f"[{tgt}] {field} differs: cache built with {recorded.get(field)!r}, "
-                    f"this process has {here.get(field)!r}"
+                    f"[{tgt}] {entry.name}: {field} differs: built with {recorded.get(field)!r}, "
+                    f"this process has {here[tgt].get(field)!r}"
                 )
-        for h in rec.get("entries", {}):
-            import base64
-
-            entry = directory / base64.b32encode(bytes.fromhex(h)).decode().rstrip("=")
-            if not entry.is_dir():
-                problems.append(f"[{tgt}] entry {h[:12]}… is missing from {directory}")
+        for grp in entry.glob("__grp__*.json"):
+            try:
+                paths = json.loads(grp.read_text()).get("child_paths", {}).values()
+            except (OSError, ValueError):
+                problems.append(f"[{tgt}] {entry.name}: unreadable group file {grp.name}")
                 continue
-            for grp in entry.glob("__grp__*.json"):
-                try:
-                    paths = json.loads(grp.read_text()).get("child_paths", {}).values()
-                except (OSError, ValueError):
-                    problems.append(f"[{tgt}] unreadable group file {grp}")
-                    continue
-                outside = [
-                    p for p in paths if not str(Path(p).resolve()).startswith(str(entry.resolve()))
-                ]
-                if outside:
-                    problems.append(
-                        f"[{tgt}] {grp.name} points outside the cache ({outside[0]}): the directory "
-                        "was copied or moved; Triton will recompile (or read the original while it exists)"
-                    )
+            outside = [p for p in paths if Path(p).parent.resolve() != entry.resolve()]
+            if outside:
+                problems.append(
+                    f"[{tgt}] {entry.name}: {grp.name} points outside the entry ({outside[0]}): the "
+                    "cache was copied or moved; Triton will recompile (or read the original files "
+                    "while they exist). Use relocate_cache_entry() or a warmkit bundle."
+                )
     return problems
+
+
+def relocate_cache_entry(staged: str | os.PathLike[str], final: str | os.PathLike[str]) -> None:
+    """Rewrite an entry's group files so their absolute paths point into ``final``.
+
+    Triton's ``__grp__<name>.json`` lists its files by absolute path; an entry
+    moved to another directory is otherwise a miss.
+
+    Args:
+        staged: the entry's directory now.
+        final: the directory it will have (may not exist yet).
+    """
+    staged_p, final_p = Path(staged), Path(final)
+    for grp in staged_p.glob("__grp__*.json"):
+        data = json.loads(grp.read_text())
+        children = data.get("child_paths", {})
+        data["child_paths"] = {name: str(final_p / Path(p).name) for name, p in children.items()}
+        tmp = grp.with_name(f".{grp.name}.tmp")
+        tmp.write_text(json.dumps(data))
+        os.replace(tmp, grp)
+
+
+def fingerprint(target: Target | None) -> dict[str, str]:
+    """The fields that must be equal where a cache is built and where it is used (flat strings)."""
+    rec = _cached_record(target) if target is not None else None
+    if rec is None:
+        triton = require_triton()
+        from triton._C.libtriton import get_cache_invalidating_env_vars
+
+        rec = {
+            "target": "none",
+            "triton_version": triton.__version__,
+            "triton_key_sha256": triton_key_digest(),
+            "python": {
+                "cache_tag": sys.implementation.cache_tag,
+                "soabi": sysconfig.get_config_var("SOABI"),
+            },
+            "ptxas": {"version": None},
+            "env": dict(sorted(get_cache_invalidating_env_vars().items())),
+        }
+    return {
+        "target": str(rec["target"]),
+        "triton_version": str(rec["triton_version"]),
+        "triton_key_sha256": str(rec["triton_key_sha256"]),
+        "python_abi": f"{rec['python']['cache_tag']}/{rec['python']['soabi']}",
+        "ptxas": str(rec["ptxas"].get("version")),
+        "env": json.dumps(rec["env"], sort_keys=True),
+    }

@@ -9,8 +9,8 @@ with the kernel's ``warmup_args(key)`` and ``launch_options(key)``:
   and builds nothing. Returns a :class:`TritonExecutor`.
 * **ahead of time** (``target="cuda:90"`` ...): on any host, GPU or not, with a
   driver that reports the declared target (see ``_aot``). Fills the Triton
-  cache; returns an :class:`AotArtifact` and records the entries in the cache's
-  manifest.
+  cache; returns an :class:`AotArtifact` and writes a validity record into each
+  entry (``warmkit-aot.json``).
 
 Inside ``compile_scope(target, jobs)`` with ``jobs > 1``, compiles run under
 Triton's ``AsyncCompileMode`` on a pool of ``jobs`` threads (Triton releases
@@ -30,6 +30,7 @@ import threading
 import weakref
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor, wait
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -41,9 +42,11 @@ from ._aot import (
     Target,
     aot_driver,
     cache_dir,
+    fingerprint,
     parse_target,
+    relocate_cache_entry,
     routing,
-    write_manifest,
+    write_entry_record,
 )
 from ._compat import INSTALL_HINT, TritonNotInstalledError, require_triton
 from ._kernel import (
@@ -99,7 +102,6 @@ class _Scope:
     device: Any = None
     pool: ThreadPoolExecutor | None = None
     mode: Any = None
-    artifacts: list[AotArtifact] = attrs.Factory(list)
     fns: weakref.WeakSet[Any] = attrs.Factory(weakref.WeakSet)
     lock: threading.Lock = attrs.Factory(threading.Lock)
 
@@ -163,6 +165,8 @@ class TritonBackend:
     def __init__(self) -> None:
         self._scopes: dict[str | None, list[_Scope]] = {}
         self._scopes_lock = threading.Lock()
+        self._redirects = 0
+        self._forgotten: weakref.WeakSet[Any] = weakref.WeakSet()
 
     # -- availability and targets ---------------------------------------------------------
 
@@ -200,7 +204,7 @@ class TritonBackend:
 
     @contextlib.contextmanager
     def compile_scope(self, target: str | None, jobs: int) -> Iterator[Any]:
-        """Set up one warmup's compiles for ``target``: AOT driver, compile pool, hooks, manifest.
+        """Set up one warmup's compiles for ``target``: AOT driver, compile pool, hooks.
 
         Args:
             target: None for this device, else e.g. ``"cuda:90"``.
@@ -250,8 +254,6 @@ class TritonBackend:
             if scope.driver is not None:
                 # the AOT binder and its CompiledKernels (cubins in memory) are not needed any more
                 fn.device_caches.pop(scope.driver.device, None)
-        if scope.target is not None and scope.artifacts:
-            write_manifest(scope.target, scope.artifacts)
 
     def _scope_for(self, target: str | None) -> _Scope | None:
         with self._scopes_lock:
@@ -365,6 +367,7 @@ class TritonBackend:
                 "on this host pass a target, e.g. warmkit.WarmupConfig(target='cuda:90'); to run "
                 "kernels on CPU set TRITON_INTERPRET=1 before importing them"
             ) from exc
+        self._forget_in_memory(fn)
         with _device_guard(scope.device if scope is not None else None):
             device = self._prepare(fn)
             compiled = self._warmup(fn, args, kwargs, options, scope)
@@ -405,6 +408,7 @@ class TritonBackend:
         scope: _Scope | None,
     ) -> AotArtifact:
         drv = scope.driver if scope is not None and scope.driver is not None else AotDriver(tgt)
+        self._forget_in_memory(fn)
         with aot_driver(drv):
             self._prepare(fn)
             compiled = self._warmup(fn, args, kwargs, options, scope)
@@ -418,12 +422,9 @@ class TritonBackend:
             cache_dir=cache_dir(),
             cache_hit=hit is not False,
         )
-        if scope is not None:
-            with scope.lock:
-                scope.artifacts.append(artifact)
-        else:
+        write_entry_record(artifact, tgt)
+        if scope is None:
             fn.device_caches.pop(drv.device, None)
-            write_manifest(tgt, [artifact])
         logger.debug(
             "kernel %s key %r: %s for %s (%s)",
             name,
@@ -433,6 +434,67 @@ class TritonBackend:
             artifact.hash[:12],
         )
         return artifact
+
+    # -- persistent cache (warmkit bundles) ---------------------------------------------------------
+
+    def cache_dir(self) -> Path:
+        """Where Triton looks entries up: ``TRITON_CACHE_DIR``, default ``~/.triton/cache`` (absolute)."""
+        return Path(cache_dir())
+
+    def cache_fingerprint(self, target: str | None) -> dict[str, str]:
+        """What cache entries built for ``target`` are valid for; must be equal where they are used.
+
+        Fields: the target, Triton's version and ``triton_key()`` digest (the
+        whole wheel, so the CPython ABI too), the CPython ABI, the ptxas
+        version for the target's arch, and the cache-invalidating environment
+        variables that are set.
+
+        Args:
+            target: e.g. ``"cuda:90"``; None = this host's device (if any).
+        """
+        require_triton()
+        if target is None:
+            target = self.default_target()
+        return fingerprint(parse_target(target) if target is not None else None)
+
+    @contextlib.contextmanager
+    def cache_scope(self, directory: str | os.PathLike[str]) -> Iterator[Path]:
+        """Redirect Triton's cache to ``directory`` for the block (used to build a bundle).
+
+        Variants already in Triton's in-memory caches would not be written to
+        the new directory, so within the block each kernel's in-memory cache is
+        dropped before its first compile.
+        """
+        require_triton()
+        from triton import knobs
+
+        path = Path(directory).resolve()
+        path.mkdir(parents=True, exist_ok=True)
+        with knobs.cache.scope():
+            knobs.cache.dir = str(path)
+            with self._scopes_lock:
+                self._redirects += 1
+            try:
+                yield path
+            finally:
+                with self._scopes_lock:
+                    self._redirects -= 1
+                    if self._redirects == 0:
+                        self._forgotten = weakref.WeakSet()
+
+    def relocate_cache_entry(self, staged: Path, final: Path) -> None:
+        """Point the group files of an entry staged at ``staged`` to ``final`` (absolute paths)."""
+        relocate_cache_entry(staged, final)
+
+    def _forget_in_memory(self, fn: Any) -> None:
+        if self._redirects == 0:
+            return
+        with _prep_lock:
+            if fn in self._forgotten:
+                return
+            self._forgotten.add(fn)
+            for entry in list(getattr(fn, "device_caches", {}).values()):
+                entry[0].clear()
 
     # -- runtime monitor ---------------------------------------------------------------------------
 

@@ -50,6 +50,7 @@ __all__ = [
     "SpecializationMismatchError",
     "TritonExecutor",
     "TritonKernel",
+    "bind_args",
     "check_warmup_args",
 ]
 
@@ -380,33 +381,7 @@ class TritonExecutor:
         return self.fn[grid](*args, **kwargs, **self.launch_options)
 
     def _bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
-        names = self._names
-        if len(args) > self._nparams:
-            raise TypeError(
-                f"kernel {self.kernel!r}: {len(args)} positional arguments given, "
-                f"{self.fn.__name__} takes {self._nparams} ({', '.join(names)})"
-            )
-        out = list(args)
-        remaining = dict(kwargs)
-        for name in names[: len(args)]:
-            if name in remaining:
-                raise TypeError(f"kernel {self.kernel!r}: argument {name!r} given twice")
-        for name in names[len(args) :]:
-            if name in remaining:
-                out.append(remaining.pop(name))
-            elif name in self._defaults:
-                out.append(self._defaults[name])
-            else:
-                raise TypeError(
-                    f"kernel {self.kernel!r}: missing argument {name!r} of {self.fn.__name__}"
-                )
-        if remaining:
-            name = next(iter(remaining))
-            raise TypeError(
-                f"kernel {self.kernel!r}: {name!r} is not a parameter of {self.fn.__name__}"
-                f"{_suggest(name, names)}; launch options come from launch_options(key)"
-            )
-        return tuple(out)
+        return bind_args(self.kernel, self.fn.__name__, self._names, self._defaults, args, kwargs)
 
     def _check(self, args: tuple[Any, ...]) -> None:
         if self._specialization is None:
@@ -419,6 +394,46 @@ class TritonExecutor:
     def __repr__(self) -> str:
         mode = "fast" if self.fast else "fn[grid]"
         return f"<TritonExecutor {self.kernel} key={self.key!r} device={self.device!r} {mode}>"
+
+
+def bind_args(
+    kernel: str,
+    fname: str,
+    names: Sequence[str],
+    defaults: Mapping[str, Any],
+    args: tuple[Any, ...],
+    kwargs: Mapping[str, Any],
+) -> tuple[Any, ...]:
+    """Bind a launch's arguments to the kernel's parameters, in order, defaults filled in.
+
+    Raises:
+        TypeError: too many positional arguments, a parameter given twice or
+            missing, or a keyword that is not a parameter (named, with a suggestion).
+    """
+    if len(args) > len(names):
+        raise TypeError(
+            f"kernel {kernel!r}: {len(args)} positional arguments given, "
+            f"{fname} takes {len(names)} ({', '.join(names)})"
+        )
+    out = list(args)
+    remaining = dict(kwargs)
+    for name in names[: len(args)]:
+        if name in remaining:
+            raise TypeError(f"kernel {kernel!r}: argument {name!r} of {fname} given twice")
+    for name in names[len(args) :]:
+        if name in remaining:
+            out.append(remaining.pop(name))
+        elif name in defaults:
+            out.append(defaults[name])
+        else:
+            raise TypeError(f"kernel {kernel!r}: missing argument {name!r} of {fname}")
+    if remaining:
+        name = next(iter(remaining))
+        raise TypeError(
+            f"kernel {kernel!r}: {name!r} is not a parameter of {fname}"
+            f"{_suggest(name, names)}; launch options come from launch_options(key)"
+        )
+    return tuple(out)
 
 
 def specialization_of(
