@@ -168,12 +168,15 @@ class JitKernel(Generic[K]):
                 or an input dispatch does not accept.
         """
         from ._registry import active_registry
+        from ._space import _names
 
         cls = self._concrete()
+        # Checked with or without an active registry: a mistake must not depend on the scope.
+        cls._warmkit_dispatch_info.check_names(cls.name, _names(zip_groups, space))
         for name, value in space.items():
             _check_plain(cls.name, name, value)
         for i, group in enumerate(zip_groups):
-            for row in getattr(group, "rows", ()):
+            for row in group.rows:
                 for name, value in zip(group.names, row):
                     _check_plain(cls.name, f"{name} (zip group {i})", value, allow_space=False)
         registry = active_registry()
@@ -230,11 +233,9 @@ class JitKernel(Generic[K]):
             with monitor.managed_compile(), target_scope(target):
                 executor = self.compile(key)
             if executor is None:
-                ctx = (
-                    f", runtime context {runtime_context!r}" if runtime_context is not None else ""
-                )
+                where = f"target {target!r}, runtime context {runtime_context!r}"
                 raise RuntimeError(
-                    f"kernel {cls.name!r}: compile({key!r}) returned None{ctx}; compile() must "
+                    f"kernel {cls.name!r}: compile({key!r}) returned None ({where}); compile() must "
                     "return the launchable executor, so that nothing compiles silently later"
                 )
         except BaseException as exc:
@@ -276,6 +277,13 @@ def _check_key(cls: type, key_cls: Any) -> None:
         )
     if key_cls.__hash__ is None:
         raise KernelDefinitionError(cls, "CompileKey must be hashable (its __hash__ is None)")
+    if key_cls.__eq__ is object.__eq__:
+        raise KernelDefinitionError(
+            cls,
+            "CompileKey must compare by value, not identity (eq=False): equal keys made by two "
+            "dispatch calls would be two variants, so nothing would dedupe or hit the cache. "
+            "Drop eq=False to get value equality",
+        )
 
 
 def _analyse_dispatch(cls: type) -> DispatchInfo:

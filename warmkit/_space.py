@@ -301,6 +301,8 @@ def expand(
             f"{', '.join(map(repr, missing))}"
         )
 
+    pred, pred_args = _bind_where(kernel_name, where, names, info)
+    read_by_where = {a for a, _ in pred_args}
     axes: list[Sequence[Any]] = []
     axis_names: list[tuple[str, ...]] = []
     for g in zip_groups:
@@ -309,8 +311,8 @@ def expand(
     fixed: dict[str, Any] = {}
     for name, value in space.items():
         values = axis_values(name, value)
-        if name in info.params and name not in info.used:
-            # dispatch never reads it: one value is as good as a hundred.
+        if name in info.params and name not in info.used and name not in read_by_where:
+            # dispatch never reads it (nor does where=): one value is as good as a hundred.
             if len(values) > 1:
                 logger.debug(
                     "kernel %s: dispatch never reads input %r; not expanding its %d values",
@@ -331,7 +333,6 @@ def expand(
             "the kernel's max_points (WARMKIT_MAX_POINTS)"
         )
 
-    pred, pred_args = _bind_where(kernel_name, where, names, info)
     flat_names = tuple(itertools.chain.from_iterable(axis_names))
     nz = len(zip_groups)
     keys: dict[Hashable, None] = {}
