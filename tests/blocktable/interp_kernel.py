@@ -30,23 +30,6 @@ GARBAGE = 0x5A5A5A5A
 EXAMPLES = int(os.environ.get("BT_INTERP_EXAMPLES", "80"))
 
 
-@pytest.fixture(autouse=True)
-def _launch_directly(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Make ``ComputeSlotMappingKernel.run`` launch the interpreted kernel directly.
-
-    Everything above ``run`` (``__call__``: the key, the argument structure,
-    the grid) is the production code; only the backend's compile-and-launch
-    is bypassed, since the interpreter neither compiles nor caches.
-    """
-    keys: list[object] = []
-
-    def run(self, key, grid, *args, **kwargs):
-        keys.append(key)
-        return self.fn[grid](*args, **kwargs, **self.launch_options(key))
-
-    monkeypatch.setattr(ComputeSlotMappingKernel, "run", run)
-
-
 def test_interpreter_is_active() -> None:
     assert not isinstance(compute_slot_mapping_kernel, triton.runtime.jit.JITFunction) or type(
         compute_slot_mapping_kernel
@@ -123,7 +106,8 @@ def test_int64_slots() -> None:
 
 
 def test_block_table_kernel_path_matches_reference_path() -> None:
-    # BlockTable's own launch (production __call__ path) against its reference path.
+    # BlockTable's own launch through warmkit (dispatch -> get_or_compile -> the
+    # backend's interpreted executor) against its reference path.
     common = {
         "block_size": 64,
         "kernel_block_size": 16,
@@ -135,15 +119,19 @@ def test_block_table_kernel_path_matches_reference_path() -> None:
         "dcp_rank": 1,
         "cp_kv_cache_interleave_size": 16,
     }
-    tables = [BlockTable(**common, implementation="reference") for _ in range(2)]
-    for t in tables:
+    kernel_table = BlockTable(**common, implementation="triton")
+    ref_table = BlockTable(**common, implementation="reference")
+    assert kernel_table.implementation == "triton"
+    for t in (kernel_table, ref_table):
         t.add_row([3, 1, 4], 0)
         t.add_row([], 1)
         t.add_row([5, 9, 2, 6, 8], 2)
         t.commit(3)
-    qsl = torch.tensor([0, 300, 300, 1100], dtype=torch.int32)
-    positions = torch.cat([torch.arange(0, 300), torch.arange(0, 800)]).to(torch.int64)
-    expected = tables[0].compute_slot_mapping(3, qsl, positions).clone()
-    tables[1].slot_mapping.fill_(GARBAGE)
-    tables[1]._launch_kernel(3, qsl, positions)
-    assert torch.equal(tables[1].slot_mapping, expected)
+    qsl = torch.tensor([0, 300, 300, 940], dtype=torch.int32)
+    positions = torch.cat([torch.arange(0, 300), torch.arange(0, 640)]).to(torch.int64)
+    expected = ref_table.compute_slot_mapping(3, qsl, positions)
+    assert kernel_table.slot_mapping is not None
+    kernel_table.slot_mapping.fill_(GARBAGE)
+    got = kernel_table.compute_slot_mapping(3, qsl, positions, validate=True)
+    assert got is kernel_table.slot_mapping
+    assert torch.equal(got, expected)

@@ -24,6 +24,7 @@ from typing import Literal
 import numpy as np
 import torch
 
+from ._jit import compute_slot_mapping_kernel
 from ._kernel import ComputeSlotMappingKernel, get_kernel
 from ._reference import PAD_SLOT_ID, check_geometry, reference_slot_mapping
 
@@ -44,6 +45,11 @@ class SlotMappingMode(enum.Enum):
     #: State-space (Mamba-like) layers: the rows are kept, but no slot mapping
     #: is computed and no kernel is registered or launched.
     NONE = "none"
+
+
+def _interpreted() -> bool:
+    """Whether the kernel was defined under Triton's interpreter (``TRITON_INTERPRET=1``)."""
+    return type(compute_slot_mapping_kernel).__name__ == "InterpretedFunction"
 
 
 def _normalize_device(device: torch.device | str | int) -> torch.device:
@@ -96,7 +102,8 @@ class BlockTable:
         validate: default for ``compute_slot_mapping(validate=...)``: run the
             complete (synchronizing) input checks on every step.
         implementation: ``"auto"`` (Triton on CUDA devices, the torch reference
-            elsewhere), ``"triton"`` (CUDA devices only) or ``"reference"``.
+            elsewhere), ``"triton"`` (CUDA devices, or CPU tensors under
+            ``TRITON_INTERPRET=1``) or ``"reference"``.
 
     Raises:
         ValueError: on an inconsistent geometry (sizes not positive, a kernel
@@ -158,10 +165,11 @@ class BlockTable:
             raise ValueError(
                 f"implementation must be 'auto', 'triton' or 'reference', got {implementation!r}"
             )
-        if implementation == "triton" and self.device.type != "cuda":
+        if implementation == "triton" and self.device.type != "cuda" and not _interpreted():
             raise ValueError(
-                f"implementation='triton' needs a CUDA device, got {self.device}; use "
-                "'reference' (or 'auto') on other devices"
+                f"implementation='triton' needs a CUDA device, got {self.device} (or Triton's "
+                "interpreter, TRITON_INTERPRET=1, for CPU tensors); use 'reference' (or 'auto') "
+                "on other devices"
             )
         #: ``"triton"`` or ``"reference"``: what ``compute_slot_mapping`` runs.
         self.implementation: Literal["triton", "reference"] = implementation

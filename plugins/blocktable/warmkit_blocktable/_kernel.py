@@ -56,11 +56,14 @@ def launch_arguments(
 
     Warmup (:meth:`ComputeSlotMappingKernel.warmup_args`) and runtime
     (:meth:`ComputeSlotMappingKernel.__call__`) both build their launch here,
-    so the argument structure (positional runtime arguments, then the
-    constexprs by keyword, in one order) can never differ between them.
+    so the argument structure can never differ between them. Every parameter,
+    the constexprs included, is positional and ``kwargs`` is empty: Triton
+    specializes the same way either way, and a launch with exactly one
+    positional argument per parameter lets ``warmkit_triton``'s executor skip
+    binding keyword arguments on every call.
 
     Returns:
-        The positional runtime arguments and the constexpr keyword arguments.
+        The 15 arguments of ``compute_slot_mapping_kernel``, in order, and ``{}``.
     """
     args = (
         num_tokens,
@@ -71,17 +74,15 @@ def launch_arguments(
         block_table_stride,
         block_size,
         slot_mapping,
+        kv_cache_block_size,  # KV_CACHE_BLOCK_SIZE
+        blocks_per_kv_block,  # BLOCKS_PER_KV_BLOCK
+        total_cp_world_size,  # TOTAL_CP_WORLD_SIZE
+        total_cp_rank,  # TOTAL_CP_RANK
+        cp_kv_cache_interleave_size,  # CP_KV_CACHE_INTERLEAVE_SIZE
+        PAD_SLOT_ID,  # PAD_ID
+        TILE,  # BLOCK_SIZE
     )
-    kwargs = {
-        "KV_CACHE_BLOCK_SIZE": kv_cache_block_size,
-        "BLOCKS_PER_KV_BLOCK": blocks_per_kv_block,
-        "TOTAL_CP_WORLD_SIZE": total_cp_world_size,
-        "TOTAL_CP_RANK": total_cp_rank,
-        "CP_KV_CACHE_INTERLEAVE_SIZE": cp_kv_cache_interleave_size,
-        "PAD_ID": PAD_SLOT_ID,
-        "BLOCK_SIZE": TILE,
-    }
-    return args, kwargs
+    return args, {}
 
 
 class ComputeSlotMappingKernel(TritonKernel):
