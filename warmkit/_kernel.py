@@ -168,19 +168,12 @@ class JitKernel(Generic[K]):
                 or an input dispatch does not accept.
         """
         from ._registry import active_registry
-        from ._space import _names
 
         cls = self._concrete()
-        # Checked with or without an active registry: a mistake must not depend on the scope.
-        cls._warmkit_dispatch_info.check_names(cls.name, _names(zip_groups, space))
-        for name, value in space.items():
-            _check_plain(cls.name, name, value)
-        for i, group in enumerate(zip_groups):
-            for row in group.rows:
-                for name, value in zip(group.names, row):
-                    _check_plain(cls.name, f"{name} (zip group {i})", value, allow_space=False)
         registry = active_registry()
         if registry is None:
+            # Checked all the same: a mistake must not depend on the scope.
+            check_registration(cls, zip_groups, space)
             logger.debug(
                 "kernel %s: register_warmup(%s) outside an active registry; ignored",
                 cls.name,
@@ -334,6 +327,25 @@ def _analyse_dispatch(cls: type) -> DispatchInfo:
     return DispatchInfo(params, var_kw, frozenset(used))
 
 
+def check_registration(cls: Any, zip_groups: Any, space: Any) -> None:
+    """Check one registration of kernel class ``cls``: its names and its plain-data values.
+
+    Raises:
+        TypeError: a positional argument that is not a zip group, an input
+            dispatch does not accept, or a value that is not plain immutable data.
+        ValueError: a name given twice.
+    """
+    from ._space import _names
+
+    cls._warmkit_dispatch_info.check_names(cls.name, _names(zip_groups, space))
+    for name, value in space.items():
+        _check_plain(cls.name, name, value)
+    for i, group in enumerate(zip_groups):
+        for row in group.rows:
+            for name, value in zip(group.names, row):
+                _check_plain(cls.name, f"{name} (zip group {i})", value, allow_space=False)
+
+
 def _check_plain(kernel: str, name: str, value: Any, *, allow_space: bool = True) -> None:
     from ._space import Choices, IntRange, ZipGroup
 
@@ -343,8 +355,13 @@ def _check_plain(kernel: str, name: str, value: Any, *, allow_space: bool = True
         for v in value:
             _check_plain(kernel, name, v, allow_space=False)
         return
-    if allow_space and isinstance(value, (IntRange, ZipGroup)):
+    if allow_space and isinstance(value, IntRange):
         return
+    if isinstance(value, ZipGroup):
+        raise TypeError(
+            f"kernel {kernel!r}: register_warmup argument {name!r}: pass zip_inputs(...) "
+            "positionally, not as a keyword"
+        )
     if allow_space and isinstance(value, (Choices, list)):
         for v in value:
             _check_plain(kernel, name, v, allow_space=False)

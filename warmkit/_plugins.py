@@ -56,6 +56,17 @@ INSTALL_HINTS = {
     "cutedsl": "pip install nvidia-cutlass-dsl",
 }
 
+#: What a backend object must provide (``docs/architecture.md``), checked when it loads.
+BACKEND_METHODS = (
+    "available",
+    "default_target",
+    "parallelism",
+    "compile_scope",
+    "compile",
+    "install_monitor",
+    "uninstall_monitor",
+)
+
 _lock = threading.RLock()
 _backends: dict[str, Any] = {}
 
@@ -167,13 +178,16 @@ def _load(info: PluginInfo, *, invoke: bool) -> Any:
             PluginFailure(info.name, info.group, info.value, info.distribution, info.version, err)
         )
 
-    mgr = _Fresh(
-        info.group,
-        names=[info.name],
-        invoke_on_load=invoke,
-        on_load_failure_callback=on_fail,
-        on_missing_entrypoints_callback=None,
-    )
+    try:
+        mgr = _Fresh(
+            info.group,
+            names=[info.name],
+            invoke_on_load=invoke,
+            on_load_failure_callback=on_fail,
+            on_missing_entrypoints_callback=None,
+        )
+    except Exception as exc:  # noqa: BLE001 -- stevedore re-raises AssertionError itself
+        on_fail(None, None, exc)
     if failures:
         raise PluginLoadError(failures) from failures[0].error
     ext = mgr[info.name]
@@ -214,6 +228,23 @@ def get_backend(name: str, *, kernel: str | None = None) -> Backend:
                 install_hint=f"add {name} to WARMKIT_PLUGINS (now {os.environ.get('WARMKIT_PLUGINS')!r})",
             )
         backend = _load(info, invoke=True)
+        missing = [m for m in BACKEND_METHODS if not callable(getattr(backend, m, None))]
+        if missing:
+            raise PluginLoadError(
+                [
+                    PluginFailure(
+                        name,
+                        info.group,
+                        info.value,
+                        info.distribution,
+                        info.version,
+                        TypeError(
+                            f"{type(backend).__qualname__} is not a warmkit backend: it lacks "
+                            f"{', '.join(missing)} (see docs/architecture.md)"
+                        ),
+                    )
+                ]
+            )
         if not getattr(backend, "name", None):
             backend.name = name
         _backends[name] = backend

@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 
 import attrs
 
-from ._exceptions import ManifestError
+from ._exceptions import ManifestError, PluginLoadError
 from ._space import Choices, IntRange, ZipGroup
 
 __all__ = ["Registration", "WarmupRegistry", "activate", "active_registry", "default_registry"]
@@ -110,16 +110,16 @@ class WarmupRegistry:
         against its ``dispatch`` now, not at warmup.
 
         Raises:
-            TypeError: a positional argument that is not a ``zip_inputs`` group, or
-                an input the kernel's dispatch does not accept.
+            TypeError: a positional argument that is not a ``zip_inputs`` group, an
+                input the kernel's dispatch does not accept, or a value that is not
+                plain immutable data (it would keep objects alive and not be savable).
             ValueError: a name given twice.
         """
-        from ._space import _names
+        from ._kernel import check_registration
 
         cls = kernel if isinstance(kernel, type) else type(kernel)
         cls._concrete()
-        names = _names(zip_groups, space)
-        cls._warmkit_dispatch_info.check_names(cls.name, names)
+        check_registration(cls, zip_groups, space)
         ident = (cls.name, _canon_space(zip_groups, space))
         try:
             ref = None if isinstance(kernel, type) else weakref.ref(kernel)
@@ -205,6 +205,7 @@ class WarmupRegistry:
         Raises:
             ManifestError: wrong format or version, malformed entries, or a
                 kernel that cannot be resolved (the message names it).
+            PluginLoadError: a kernel's plugin failed to import.
         """
         from ._plugins import load_kernel
 
@@ -235,8 +236,8 @@ class WarmupRegistry:
                 ]
                 space = {k: _decode_axis(v) for k, v in entry.get("space", {}).items()}
                 registry.add(kernel_cls, *groups, **space)
-            except ManifestError:
-                raise
+            except (ManifestError, PluginLoadError):
+                raise  # a broken plugin is reported as such, with its distribution
             except Exception as exc:
                 what = entry.get("kernel") if isinstance(entry, dict) else entry
                 raise ManifestError(

@@ -203,10 +203,16 @@ def axis_values(name: str, value: Any) -> Sequence[Any]:
     """The alternatives of one keyword axis.
 
     Raises:
-        TypeError: an unordered or one-shot collection (set, dict, iterator).
+        TypeError: an unordered or one-shot collection (set, dict, iterator), or
+            a zip group given as a keyword.
     """
     if isinstance(value, (IntRange, Choices)):
         return value._values if isinstance(value, IntRange) else value.values
+    if isinstance(value, ZipGroup):
+        raise TypeError(
+            f"input {name!r}: pass zip_inputs(...) positionally, not as a keyword; "
+            "its rows name the inputs"
+        )
     if isinstance(value, (list, range)):
         if len(value) == 0:
             raise ValueError(f"input {name!r}: an empty list would silently produce no keys")

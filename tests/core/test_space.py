@@ -531,3 +531,8 @@ def test_public_names_are_the_space_types():
     assert warmkit.IntRange is IntRange
     assert warmkit.zip_inputs is zip_inputs
     assert isinstance(zip_inputs({"a": 1}), warmkit.ZipGroup)
+
+
+def test_zip_group_passed_as_a_keyword_is_type_error():
+    with pytest.raises(TypeError, match="positionally"):
+        Tri().get_warmup_keys(a=zip_inputs({"a": 1}, {"a": 2}))
