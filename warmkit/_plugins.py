@@ -248,6 +248,10 @@ def get_backend(name: str, *, kernel: str | None = None) -> Backend:
         if not getattr(backend, "name", None):
             backend.name = name
         _backends[name] = backend
+        from . import monitor
+
+        if monitor.mode() != "off":  # armed before this backend loaded: hook it up now
+            backend.install_monitor()
         logger.debug("loaded backend %s from %s %s", name, info.distribution, info.version)
         return backend
 

@@ -71,7 +71,7 @@ class WarmupConfig:
             its entries turn compiles into cache hits.
     """
 
-    enabled: bool = True
+    enabled: bool = attrs.field(default=True, validator=attrs.validators.instance_of(bool))
     monitor: str = attrs.field(default="warn", validator=_in(*monitor.MODES))
     jobs: int | None = attrs.field(default=None, validator=_jobs)
     target: str | None = None
@@ -248,8 +248,9 @@ def warmup(config: WarmupConfig | None = None, registry: Any = None) -> WarmupRe
             after everything ran, listing every failure. It carries the kernel,
             the key, the elapsed time and the report so far, with the original
             exception chained.
-        BackendUnavailableError: a kernel's backend is missing or unusable
-            (fail-fast mode; collected as failures otherwise).
+            A kernel's backend that is missing or unusable fails that backend's
+            keys: the ``WarmupError`` then chains the ``BackendUnavailableError``,
+            whose message names the kernel, the backend and the install hint.
     """
     from ._registry import active_registry, default_registry
 

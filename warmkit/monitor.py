@@ -197,9 +197,14 @@ def on_miss(*, kernel: str, key: Any, backend: str | None, context: Any = None) 
         with _lock:
             _events.append(MonitorEvent(kernel, key, backend, context, 0.0, "refused", current))
         raise RuntimeCompileError(kernel, key, backend, context)
+    try:
+        ident: tuple[str, Any] = (kernel, key)
+        hash(ident)
+    except TypeError:  # a backend's raw specialization may be a list or a dict
+        ident = (kernel, ("repr", repr(key)))
     with _lock:
-        first = (kernel, key) not in _warned
-        _warned.add((kernel, key))
+        first = ident not in _warned
+        _warned.add(ident)
     if first:
         ctx = f" (context: {context})" if context is not None else ""
         logger.warning(

@@ -1,0 +1,495 @@
+"""``warmkit.warmup(config)``: plan, load the needed backends, compile, report, arm the monitor."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import threading
+from typing import ClassVar
+
+import attrs
+import pytest
+
+import warmkit
+from warmkit import (
+    BackendStatus,
+    BackendUnavailableError,
+    RuntimeCompileError,
+    WarmupConfig,
+    WarmupError,
+    WarmupRegistry,
+    monitor,
+)
+from warmkit import _plugins as plugins
+
+from . import _kernels
+from ._kernels import FakeBackend, OtherKernel, PyKernel, ScaleKernel
+
+P = PyKernel.CompileKey
+S = ScaleKernel.CompileKey
+
+
+def cfg(**kw) -> WarmupConfig:
+    return WarmupConfig(**({"progress": "off"} | kw))
+
+
+def reg_of(*items) -> WarmupRegistry:
+    reg = WarmupRegistry()
+    for kernel, space in items:
+        reg.add(kernel, **space)
+    return reg
+
+
+def statuses(report) -> list[str]:
+    return [e.status for e in report.entries]
+
+
+# -- disabled ------------------------------------------------------------------------------
+
+
+def test_disabled_returns_a_report_and_imports_no_backend(plugin_site, monkeypatch):
+    plugin_site.add_module(
+        "wkp_never_imported", f"from {_kernels.__name__} import FakeBackend as B\n"
+    )
+    plugin_site.add_dist("never", backends={"fake": "wkp_never_imported:B"})
+    reg = reg_of((ScaleKernel, {"n": [1, 2]}))
+    report = warmkit.warmup(cfg(enabled=False), reg)
+    assert report.enabled is False
+    assert report.entries == ()
+    assert "disabled" in report.table()
+    assert "wkp_never_imported" not in sys.modules
+    assert "fake" not in plugins._backends
+    assert _kernels.COMPILES == []
+    assert monitor.mode() == "off"
+    monkeypatch.setenv("WARMKIT_ENABLED", "0")
+    assert warmkit.warmup(registry=reg).enabled is False
+    assert "wkp_never_imported" not in sys.modules
+
+
+# -- the normal path -----------------------------------------------------------------------
+
+
+def test_warmup_compiles_every_planned_key_and_arms_the_monitor(fake_backend):
+    reg = reg_of(
+        (PyKernel, {"n": [1, 2]}),
+        (ScaleKernel, {"n": [1, 100, 1000], "dtype": "bf16"}),
+        (PyKernel, {"n": [2, 3]}),
+    )
+    report = warmkit.warmup(cfg(jobs=1), reg)
+    assert isinstance(report, warmkit.WarmupReport)
+    assert [(e.kernel, e.key) for e in report.entries] == [
+        (PyKernel.name, P(1, False)),
+        (PyKernel.name, P(2, False)),
+        (PyKernel.name, P(3, False)),
+        (ScaleKernel.name, S(1, "bf16")),
+        (ScaleKernel.name, S(128, "bf16")),
+        (ScaleKernel.name, S(1024, "bf16")),
+    ]
+    assert statuses(report) == ["compiled"] * 6
+    assert [e.backend for e in report.entries] == [None] * 3 + ["fake"] * 3
+    assert all(e.seconds >= 0 for e in report.entries)
+    assert report.ok and report.failures == ()
+    assert report.totals() == {"compiled": 6, "cached": 0, "failed": 0, "skipped": 0, "keys": 6}
+    assert [(k, t) for _n, k, t in _kernels.COMPILES] == [(e.key, None) for e in report.entries]
+    # the local device ("cpu" == default_target) shares the runtime cache
+    assert report.monitor == "warn"
+    assert monitor.mode() == "warn"
+    assert "install" in FakeBackend.monitor_calls
+    monitor.arm("error")
+    for e in report.entries:
+        kernel = PyKernel() if e.backend is None else ScaleKernel()
+        kernel.get_or_compile(e.key)
+    assert monitor.events() == ()
+    with pytest.raises(RuntimeCompileError):
+        PyKernel().get_or_compile(P(99, True))
+
+
+def test_warmup_uses_the_active_registry_else_the_default_one():
+    reg = reg_of((PyKernel, {"n": 5}))
+    with reg.activate():
+        report = warmkit.warmup(cfg())
+    assert [e.key for e in report.entries] == [P(5, False)]
+    default = warmkit.default_registry()
+    if len(default) == 0:  # nothing registered process-wide: an empty warmup
+        assert warmkit.warmup(cfg()).entries == ()
+
+
+def test_empty_plan_still_arms_the_monitor():
+    report = warmkit.warmup(cfg(monitor="error"), WarmupRegistry())
+    assert report.entries == () and report.ok
+    assert monitor.mode() == "error"
+
+
+@pytest.mark.parametrize("mode", ["off", "warn", "error"])
+def test_monitor_is_armed_with_the_configured_mode(mode):
+    monitor.arm("warn")
+    report = warmkit.warmup(cfg(monitor=mode), reg_of((PyKernel, {"n": 1})))
+    assert report.monitor == mode
+    assert monitor.mode() == mode
+
+
+def test_only_the_backends_the_plan_needs_are_loaded(fake_backend):
+    warmkit.warmup(cfg(), reg_of((ScaleKernel, {"n": 1}), (PyKernel, {"n": 1})))
+    assert "fake" in plugins._backends
+    assert "tilelang" not in plugins._backends
+    assert "cutedsl" not in plugins._backends
+    assert FakeBackend.scopes == [(None, 1)]
+
+
+def test_second_warmup_reports_cached_and_backend_cache_hits_too(fake_backend):
+    FakeBackend.cache_hit_keys = frozenset({S(2, "float16")})
+    reg = reg_of((ScaleKernel, {"n": [1, 2]}))
+    assert statuses(warmkit.warmup(cfg(), reg)) == ["compiled", "cached"]
+    assert statuses(warmkit.warmup(cfg(), reg)) == ["cached", "cached"]
+    assert len(_kernels.COMPILES) == 2
+
+
+def test_compile_returning_none_fails_the_key(fake_backend):
+    class Lazy(PyKernel):
+        def compile(self, key):
+            return None
+
+    with pytest.raises(WarmupError) as info:
+        warmkit.warmup(cfg(), reg_of((Lazy, {"n": 1})))
+    assert "returned None" in str(info.value)
+    assert isinstance(info.value.__cause__, RuntimeError)
+
+
+# -- failures ------------------------------------------------------------------------------
+
+
+def test_fail_fast_raises_warmup_error_with_kernel_key_elapsed_and_report():
+    PyKernel.fail_on = frozenset({P(2, False)})
+    reg = reg_of((PyKernel, {"n": [1, 2, 3, 4]}), (OtherKernel, {"m": [1]}))
+    with pytest.raises(WarmupError) as info:
+        warmkit.warmup(cfg(jobs=1), reg)
+    err = info.value
+    assert err.kernel == PyKernel.name
+    assert err.key == P(2, False)
+    assert isinstance(err.elapsed, float) and err.elapsed >= 0
+    assert isinstance(err.__cause__, ValueError)
+    assert "cannot compile" in str(err.__cause__)
+    assert PyKernel.name in str(err) and repr(P(2, False)) in str(err)
+    assert statuses(err.report) == ["compiled", "failed", "skipped", "skipped", "skipped"]
+    assert err.failures == (err.report.entries[1],)
+    assert err.report.entries[1].exception is err.__cause__
+    assert "ValueError: cannot compile" in err.report.entries[1].error
+    assert _kernels.compiled_keys() == [P(1, False)]  # nothing after the failure was attempted
+    assert monitor.mode() == "off"  # a failed warmup arms nothing
+
+
+def test_collect_mode_attempts_everything_then_raises_once_listing_all():
+    PyKernel.fail_on = frozenset({P(1, False), P(3, False)})
+    reg = reg_of((PyKernel, {"n": [1, 2, 3, 4]}), (OtherKernel, {"m": [7]}))
+    with pytest.raises(WarmupError) as info:
+        warmkit.warmup(cfg(on_error="collect", jobs=1), reg)
+    err = info.value
+    assert statuses(err.report) == ["failed", "compiled", "failed", "compiled", "compiled"]
+    assert [f.key for f in err.failures] == [P(1, False), P(3, False)]
+    assert (err.kernel, err.key) == (PyKernel.name, P(1, False))
+    msg = str(err)
+    assert "2 of 5" in msg
+    assert repr(P(1, False)) in msg and repr(P(3, False)) in msg
+    assert len(_kernels.COMPILES) == 3
+
+
+def test_missing_backend_error_names_kernel_backend_and_install_hint():
+    reg = reg_of((ScaleKernel, {"n": [1, 2]}))
+    with pytest.raises(WarmupError) as info:
+        warmkit.warmup(cfg(), reg)
+    cause = info.value.__cause__
+    assert isinstance(cause, BackendUnavailableError)
+    assert (cause.backend, cause.kernel) == ("fake", ScaleKernel.name)
+    for part in (ScaleKernel.name, "'fake'", cause.install_hint):
+        assert part in str(info.value)
+
+
+def test_unavailable_backend_error_names_kernel_backend_and_install_hint(fake_backend):
+    FakeBackend.status = BackendStatus(
+        ok=False, reason="fake-dsl is not installed", install_hint="pip install fake-dsl"
+    )
+    reg = reg_of((ScaleKernel, {"n": 1}), (PyKernel, {"n": 1}))
+    with pytest.raises(WarmupError) as info:
+        warmkit.warmup(cfg(on_error="collect"), reg)
+    msg = str(info.value)
+    assert ScaleKernel.name in msg and "'fake'" in msg and "pip install fake-dsl" in msg
+    assert statuses(info.value.report) == ["failed", "compiled"]  # the rest still compiled
+    assert FakeBackend.scopes == []
+
+
+def test_no_device_and_no_target_is_a_clear_error(fake_backend):
+    FakeBackend.device = None
+    with pytest.raises(WarmupError, match="WARMKIT_TARGET") as info:
+        warmkit.warmup(cfg(), reg_of((ScaleKernel, {"n": 1})))
+    assert isinstance(info.value.__cause__, BackendUnavailableError)
+
+
+def test_parallel_fail_fast_reports_every_key_in_plan_order(fake_backend):
+    FakeBackend.par = 2
+    FakeBackend.fail_keys = frozenset({S(1, "float16")})
+    reg = reg_of((ScaleKernel, {"n": [2**i for i in range(8)]}))
+    with pytest.raises(WarmupError) as info:
+        warmkit.warmup(cfg(jobs=2), reg)
+    report = info.value.report
+    assert [e.key for e in report.entries] == reg.plan()[ScaleKernel.name]
+    assert report.entries[0].status == "failed"
+    assert set(statuses(report)) <= {"compiled", "failed", "skipped"}
+
+
+# -- parallelism ---------------------------------------------------------------------------
+
+
+def test_parallel_jobs_really_run_concurrently():
+    barrier = threading.Barrier(3, timeout=10)
+    PyKernel.hook = lambda key: barrier.wait()  # passes only when 3 compiles run at once
+    report = warmkit.warmup(cfg(jobs=3), reg_of((PyKernel, {"n": [1, 2, 3]})))
+    assert statuses(report) == ["compiled"] * 3
+    assert report.jobs == 3
+
+
+def test_backend_parallelism_caps_the_workers(fake_backend):
+    FakeBackend.par = 2
+    barrier = threading.Barrier(2, timeout=10)
+    running, peak, lock = [0], [0], threading.Lock()
+
+    def hook(kernel, key, target):
+        with lock:
+            running[0] += 1
+            peak[0] = max(peak[0], running[0])
+        barrier.wait()
+        with lock:
+            running[0] -= 1
+
+    FakeBackend.hook = hook
+    report = warmkit.warmup(cfg(jobs=8), reg_of((ScaleKernel, {"n": [1, 2, 4, 8, 16, 32]})))
+    assert statuses(report) == ["compiled"] * 6
+    assert peak[0] == 2
+    assert FakeBackend.scopes == [(None, 2)]
+
+
+def test_jobs_1_compiles_serially_in_plan_order(fake_backend):
+    FakeBackend.par = 8
+    running, peak, lock = [0], [0], threading.Lock()
+
+    def hook(kernel, key, target):
+        with lock:
+            running[0] += 1
+            peak[0] = max(peak[0], running[0])
+        with lock:
+            running[0] -= 1
+
+    FakeBackend.hook = hook
+    reg = reg_of((ScaleKernel, {"n": [64, 1, 8, 2]}))
+    warmkit.warmup(cfg(jobs=1), reg)
+    assert peak[0] == 1
+    assert _kernels.compiled_keys() == reg.plan()[ScaleKernel.name]
+
+
+def test_parallel_report_is_in_plan_order(fake_backend):
+    FakeBackend.par = 4
+    order = [1024, 1, 64, 2, 8, 4, 32, 16]
+    reg = reg_of((ScaleKernel, {"n": order}), (PyKernel, {"n": [5, 4, 3]}))
+    report = warmkit.warmup(cfg(jobs=4), reg)
+    plan = reg.plan()
+    assert [e.key for e in report.entries] == plan[ScaleKernel.name] + plan[PyKernel.name]
+
+
+# -- allow-list, target --------------------------------------------------------------------
+
+
+def test_backends_allow_list_skips_other_kernels_without_loading_their_backend(fake_backend):
+    class Tile(ScaleKernel):
+        backend = "tilelang"
+
+    reg = reg_of((ScaleKernel, {"n": [1, 2]}), (Tile, {"n": 1}), (PyKernel, {"n": 1}))
+    report = warmkit.warmup(cfg(backends=["fake"]), reg)
+    assert statuses(report) == ["compiled", "compiled", "skipped", "skipped"]
+    assert "allow-list" in report.entries[2].error
+    assert "tilelang" not in plugins._backends
+    assert report.totals()["skipped"] == 2
+
+
+def test_target_is_passed_to_the_backend_and_kept_apart_from_the_runtime_cache(fake_backend):
+    reg = reg_of((ScaleKernel, {"n": [1, 2]}), (PyKernel, {"n": 3}))
+    report = warmkit.warmup(cfg(target="cuda:90"), reg)
+    assert report.target == "cuda:90"
+    assert {t for _n, _k, t in _kernels.COMPILES} == {"cuda:90"}  # PyKernel via current_target()
+    assert FakeBackend.scopes == [("cuda:90", 1)]
+    monitor.arm("error")  # compiled for another device: this process still misses
+    with pytest.raises(RuntimeCompileError):
+        ScaleKernel().get_or_compile(S(1, "float16"))
+
+
+def test_target_equal_to_the_local_device_shares_the_runtime_cache(fake_backend):
+    warmkit.warmup(cfg(target="cpu"), reg_of((ScaleKernel, {"n": [1, 2]})))
+    assert {t for _n, _k, t in _kernels.COMPILES} == {None}
+    monitor.arm("error")
+    ScaleKernel().get_or_compile(S(2, "float16"))
+    assert monitor.events() == ()
+
+
+# -- progress and logs ---------------------------------------------------------------------
+
+
+class FakeBar:
+    made: ClassVar[list[FakeBar]] = []
+
+    def __init__(self, *, total, **kw):
+        self.total, self.kw, self.n, self.closed = total, kw, 0, False
+        FakeBar.made.append(self)
+
+    def update(self, n):
+        self.n += n
+
+    def close(self):
+        self.closed = True
+
+
+@pytest.fixture
+def bars(monkeypatch):
+    import tqdm
+
+    FakeBar.made = []
+    monkeypatch.setattr(tqdm, "tqdm", FakeBar)
+    return FakeBar.made
+
+
+def test_progress_on_shows_a_bar_over_every_key(bars):
+    warmkit.warmup(cfg(progress="on"), reg_of((PyKernel, {"n": [1, 2, 3]})))
+    (bar,) = bars
+    assert (bar.total, bar.n, bar.closed) == (3, 3, True)
+
+
+@pytest.mark.parametrize(
+    ("env", "value"), [("WARMKIT_RANK", "1"), ("RANK", "3"), ("WARMKIT_RANK", "2")]
+)
+def test_no_progress_bar_on_a_non_zero_rank(bars, monkeypatch, env, value):
+    monkeypatch.setenv(env, value)
+    warmkit.warmup(cfg(progress="on"), reg_of((PyKernel, {"n": [1, 2]})))
+    assert bars == []
+
+
+def test_warmkit_rank_takes_precedence_over_rank(bars, monkeypatch):
+    monkeypatch.setenv("RANK", "3")
+    monkeypatch.setenv("WARMKIT_RANK", "0")
+    warmkit.warmup(cfg(progress="on"), reg_of((PyKernel, {"n": [1]})))
+    assert len(bars) == 1
+
+
+def test_progress_auto_follows_the_tty_and_off_is_off(bars, monkeypatch):
+    reg = reg_of((PyKernel, {"n": [1]}))
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: False, raising=False)
+    warmkit.warmup(cfg(progress="auto"), reg)
+    assert bars == []
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
+    warmkit.warmup(cfg(progress="off"), reg)
+    assert bars == []
+    warmkit.warmup(cfg(progress="auto"), reg)
+    assert len(bars) == 1
+
+
+def test_start_and_finish_are_logged_at_info_with_counts_and_seconds(caplog, fake_backend):
+    caplog.set_level(logging.DEBUG, logger="warmkit")
+    warmkit.warmup(cfg(jobs=2), reg_of((PyKernel, {"n": [1, 2]}), (ScaleKernel, {"n": 1})))
+    info = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
+    assert any("2 kernel(s), 3 key(s)" in m for m in info), info
+    (done,) = [m for m in info if "done" in m]
+    assert "3 compiled" in done and "s:" in done
+    debug = [r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG]
+    assert any(PyKernel.name in m and m.endswith("s") for m in debug)
+    assert any(ScaleKernel.name in m for m in debug)
+
+
+def test_a_failure_is_logged_at_error(caplog):
+    PyKernel.fail_on = frozenset({P(1, False)})
+    with pytest.raises(WarmupError):
+        warmkit.warmup(cfg(), reg_of((PyKernel, {"n": [1]})))
+    assert any(r.levelno == logging.ERROR for r in caplog.records)
+
+
+# -- the report ----------------------------------------------------------------------------
+
+
+def test_report_to_dict_to_json_and_table():
+    PyKernel.fail_on = frozenset({P(2, False)})
+    reg = reg_of((PyKernel, {"n": [1, 2, 3]}), (OtherKernel, {"m": 1}))
+    with pytest.raises(WarmupError) as info:
+        warmkit.warmup(cfg(on_error="collect", jobs=1), reg)
+    report = info.value.report
+    d = report.to_dict()
+    assert d["enabled"] is True and d["jobs"] == 1 and d["target"] is None
+    assert d["totals"] == {"compiled": 3, "cached": 0, "failed": 1, "skipped": 0, "keys": 4}
+    assert d["entries"][1] == {
+        "kernel": PyKernel.name,
+        "backend": None,
+        "key": repr(P(2, False)),
+        "status": "failed",
+        "seconds": d["entries"][1]["seconds"],
+        "error": f"ValueError: cannot compile {P(2, False)!r}",
+    }
+    assert json.loads(report.to_json()) == d
+    assert "\n" not in report.to_json(indent=None)
+    table = report.table()
+    assert str(report) == table
+    lines = table.splitlines()
+    assert lines[0].split() == ["kernel", "backend", "keys", *warmkit._warmup.STATUSES, "seconds"]
+    assert any(line.startswith(PyKernel.name) and " 3 " in line for line in lines)
+    assert any(line.startswith("tests.other") for line in lines)
+    assert any(line.startswith("total") and " 4 " in line for line in lines)
+    assert any(line.startswith("FAILED") and repr(P(2, False)) in line for line in lines)
+
+
+def test_report_entries_are_attrs_objects():
+    report = warmkit.warmup(cfg(), reg_of((PyKernel, {"n": [1]})))
+    (entry,) = report.entries
+    assert isinstance(entry, warmkit.ReportEntry)
+    assert attrs.has(warmkit.ReportEntry) and attrs.has(warmkit.WarmupReport)
+    assert (entry.kernel, entry.backend, entry.key, entry.status) == (
+        PyKernel.name,
+        None,
+        P(1, False),
+        "compiled",
+    )
+
+
+# -- config --------------------------------------------------------------------------------
+
+
+def test_config_defaults_match_the_issue():
+    c = WarmupConfig()
+    assert (c.enabled, c.monitor, c.jobs, c.target, c.on_error, c.progress, c.backends) == (
+        True,
+        "warn",
+        None,
+        None,
+        "raise",
+        "auto",
+        None,
+    )
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        c.jobs = 3  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"monitor": "loud"},
+        {"on_error": "ignore"},
+        {"progress": "yes"},
+        {"jobs": 0},
+        {"jobs": -1},
+        {"jobs": 1.5},
+        {"jobs": True},
+        {"enabled": "no"},
+    ],
+)
+def test_config_rejects_bad_values(kwargs):
+    with pytest.raises((ValueError, TypeError)):
+        WarmupConfig(**kwargs)
+
+
+def test_config_backends_is_a_normalised_allow_list():
+    assert WarmupConfig(backends="triton, fake").backends == ("fake", "triton")
+    assert WarmupConfig(backends=["b", "a", "a"]).backends == ("a", "b")
+    assert WarmupConfig(backends=[]).backends == ()
