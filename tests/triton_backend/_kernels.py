@@ -9,7 +9,6 @@ from __future__ import annotations
 import attrs
 import triton
 import triton.language as tl
-
 from warmkit_triton import TritonKernel, WarmupTensor, specialization_rep
 
 

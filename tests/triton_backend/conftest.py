@@ -10,13 +10,13 @@ import pytest
 
 triton = pytest.importorskip("triton")
 
-from triton import knobs  # noqa: E402
-from triton.runtime.driver import driver  # noqa: E402
+from triton import knobs
+from triton.runtime.driver import driver
+from warmkit_triton import _hooks
 
-from warmkit import monitor  # noqa: E402
-from warmkit_triton import _hooks  # noqa: E402
+from warmkit import monitor
 
-from . import _kernels  # noqa: E402
+from . import _kernels
 
 
 def pytest_configure(config: pytest.Config) -> None:

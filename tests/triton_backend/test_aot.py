@@ -17,8 +17,6 @@ from triton.compiler import ASTSource, make_backend
 from triton.runtime.cache import get_cache_key
 from triton.runtime.driver import driver
 from triton.runtime.jit import create_function_from_signature
-
-import warmkit
 from warmkit_triton import (
     AotArtifact,
     TritonBackend,
@@ -27,6 +25,8 @@ from warmkit_triton import (
     validity_record,
 )
 from warmkit_triton._aot import AOT_RECORD, relocate_cache_entry
+
+import warmkit
 
 from ._kernels import Add, add_kernel
 
@@ -215,9 +215,8 @@ def test_unknown_target_string_is_a_clear_error(bad):
     backend = TritonBackend()
     with pytest.raises(ValueError, match="cuda:80"):
         backend.compile(Add(), Add().dispatch(), bad)
-    with pytest.raises(ValueError, match="accepted"):
-        with backend.compile_scope(bad, 1):
-            pass
+    with pytest.raises(ValueError, match="accepted"), backend.compile_scope(bad, 1):
+        pass
     with pytest.raises(TypeError):
         parse_target(90)  # type: ignore[arg-type]
 

@@ -14,13 +14,13 @@ import logging
 import pytest
 import torch
 from triton import knobs
+from warmkit_triton import TritonBackend
+from warmkit_triton._aot import AotDriver, aot_driver, parse_target
+from warmkit_triton._hooks import describe_specialization
 
 import warmkit
 from warmkit import RuntimeCompileError, monitor
 from warmkit._plugins import get_backend
-from warmkit_triton import TritonBackend
-from warmkit_triton._aot import AotDriver, aot_driver, parse_target
-from warmkit_triton._hooks import describe_specialization
 
 from ._kernels import Add, raw_mul_kernel
 
@@ -130,7 +130,6 @@ def test_hooks_chain_to_previous_and_restore_them(triton_cache):
 
     def prev_hook(**kw):
         calls.append(("hook", kw["is_manual_warmup"]))
-        return None
 
     def prev_listener(**kw):
         calls.append(("listener", kw["cache_hit"]))

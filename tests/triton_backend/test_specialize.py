@@ -15,7 +15,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from triton.backends.compiler import BaseBackend
 from triton.runtime import jit as triton_jit
-
 from warmkit_triton import specialization_rep
 from warmkit_triton._specialize import python_specialization
 
@@ -31,7 +30,7 @@ def triton_class(value, specialize=True, align=True):
 def sweep() -> list[int]:
     """Every table edge, negatives, ±1 around powers of two, and random values."""
     values = {0, 1, -1, 2, 15, 16, 17, 32, -16, -15, -17}
-    for p in range(0, 65):
+    for p in range(65):
         for d in (-1, 0, 1):
             values.add(2**p + d)
             values.add(-(2**p) + d)

@@ -6,9 +6,9 @@ import pytest
 import torch
 from triton.backends.compiler import BaseBackend
 from triton.runtime import jit as triton_jit
+from warmkit_triton import TritonBackend, WarmupTensor
 
 import warmkit
-from warmkit_triton import TritonBackend, WarmupTensor
 
 from ._kernels import ScaleRows, scale_rows_kernel
 

@@ -61,6 +61,9 @@ __all__ = ["TritonBackend"]
 
 logger = logging.getLogger(__name__)
 
+#: ``default_target()`` under ``TRITON_INTERPRET=1``.
+INTERPRETER = "interpreter"
+
 _prep_lock = threading.RLock()
 
 
@@ -185,9 +188,17 @@ class TritonBackend:
         )
 
     def default_target(self) -> str | None:
-        """The local GPU's target (``"cuda:90"`` on an H100/H200), or None without a GPU."""
+        """The local GPU's target (``"cuda:90"`` on an H100/H200), or None without a GPU.
+
+        Under ``TRITON_INTERPRET=1`` it is ``"interpreter"``: kernels run on CPU
+        tensors and a device warmup only prepares interpreter executors.
+        """
         try:
             require_triton()
+            from triton import knobs
+
+            if knobs.runtime.interpret:
+                return INTERPRETER
             target = _real_driver().get_current_target()
         except Exception as exc:  # noqa: BLE001 - no GPU, no driver: no default target
             logger.debug("no Triton device target: %s", exc)
@@ -215,6 +226,8 @@ class TritonBackend:
             TritonNotInstalledError: Triton is missing.
         """
         require_triton()
+        if target == INTERPRETER:
+            target = None
         tgt = parse_target(target) if target is not None else None
         scope = _Scope(target=tgt, jobs=max(1, int(jobs)))
         with contextlib.ExitStack() as stack:
@@ -282,6 +295,8 @@ class TritonBackend:
             RuntimeError: device mode without a GPU.
         """
         require_triton()
+        if target == INTERPRETER:
+            target = None
         tgt = parse_target(target) if target is not None else None
         name = getattr(kernel, "name", type(kernel).__qualname__)
         fn = getattr(kernel, "fn", None)
@@ -455,7 +470,9 @@ class TritonBackend:
         require_triton()
         if target is None:
             target = self.default_target()
-        return fingerprint(parse_target(target) if target is not None else None)
+        if target is None or target == INTERPRETER:
+            return fingerprint(None)
+        return fingerprint(parse_target(target))
 
     @contextlib.contextmanager
     def cache_scope(self, directory: str | os.PathLike[str]) -> Iterator[Path]:

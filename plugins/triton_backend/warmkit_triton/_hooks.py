@@ -302,6 +302,8 @@ def _install_locked() -> None:
 
 def _uninstall_locked() -> None:
     global _cache_hook, _listener, _load_hooks_added
+    if _cache_hook is None and _listener is None and not _load_hooks_added:
+        return
     from triton import knobs
 
     if _cache_hook is not None:

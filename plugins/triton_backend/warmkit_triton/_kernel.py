@@ -254,11 +254,6 @@ def check_warmup_args(
                 f"kernel {kernel!r}: warmup_args gives parameter {name!r} of {listing} both "
                 "positionally and by keyword"
             )
-    for name in names[len(args) :]:
-        if name not in kwargs and name not in defaults:
-            raise TypeError(
-                f"kernel {kernel!r}: warmup_args does not give parameter {name!r} of {listing}"
-            )
     known = _launch_option_names()
     for name in options:
         if name in names:
@@ -270,6 +265,11 @@ def check_warmup_args(
             raise TypeError(
                 f"kernel {kernel!r}: launch_options(key) sets {name!r}, which is not a Triton "
                 f"launch option{_suggest(name, sorted(known))}"
+            )
+    for name in names[len(args) :]:
+        if name not in kwargs and name not in defaults:
+            raise TypeError(
+                f"kernel {kernel!r}: warmup_args does not give parameter {name!r} of {listing}"
             )
     return args, kwargs
 
