@@ -147,3 +147,20 @@ def test_out_of_row_position_is_fine_when_not_owned() -> None:
         block_table=torch.zeros((2, 1), dtype=torch.int32),
     )
     assert out.tolist() == [-1, 0, -1]
+
+
+@SETTINGS
+@given(batch=batches())
+def test_unchecked_benchmark_baseline_matches_reference(batch: Batch) -> None:
+    from warmkit_blocktable._reference import unchecked_torch_slot_mapping
+
+    out = torch.full((batch.max_num_tokens,), 12345, dtype=torch.int64)
+    kw = batch.geom.kernel_kwargs()
+    unchecked_torch_slot_mapping(
+        query_start_loc=batch.query_start_loc,
+        positions=batch.positions,
+        block_table=batch.block_table,
+        out=out,
+        **kw,
+    )
+    assert torch.equal(out, reference(batch))

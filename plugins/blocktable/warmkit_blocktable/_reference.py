@@ -10,7 +10,12 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["PAD_SLOT_ID", "check_geometry", "reference_slot_mapping"]
+__all__ = [
+    "PAD_SLOT_ID",
+    "check_geometry",
+    "reference_slot_mapping",
+    "unchecked_torch_slot_mapping",
+]
 
 #: The value written for tokens this rank does not own and for padding.
 PAD_SLOT_ID = -1
@@ -169,6 +174,49 @@ def reference_slot_mapping(
         raise ValueError(f"token {t} has a negative position {int(pos[t])}")
 
     req = torch.repeat_interleave(torch.arange(num_reqs, device=device), counts)
+    owned, lo, col = _columns(
+        pos,
+        block_size=block_size,
+        kv_cache_block_size=kv_cache_block_size,
+        blocks_per_kv_block=blocks_per_kv_block,
+        dcp_world_size=dcp_world_size,
+        dcp_rank=dcp_rank,
+        cp_kv_cache_interleave_size=cp_kv_cache_interleave_size,
+    )
+    stride = block_table.shape[1]
+    beyond = torch.nonzero(owned & (col >= stride))
+    if beyond.numel():
+        t = int(beyond[0, 0])
+        raise ValueError(
+            f"token {t} (request {int(req[t])}, position {int(pos[t])}) needs block column "
+            f"{int(col[t])}, beyond the row width {stride}"
+        )
+    slot = _gather(block_table.to(device), req, owned, lo, col, block_size, pad_id)
+
+    if out is None:
+        result = torch.full((max_num_tokens,), pad_id, dtype=torch.int64, device=device)
+    else:
+        if out.dtype != torch.int64 or out.ndim != 1 or out.shape[0] < max_num_tokens:
+            raise ValueError(
+                f"out must be a 1-D int64 tensor of at least {max_num_tokens} elements"
+            )
+        result = out[:max_num_tokens]
+        result[num_tokens:].fill_(pad_id)
+    result[:num_tokens] = slot
+    return result
+
+
+def _columns(
+    pos: torch.Tensor,
+    *,
+    block_size: int,
+    kv_cache_block_size: int,
+    blocks_per_kv_block: int,
+    dcp_world_size: int,
+    dcp_rank: int,
+    cp_kv_cache_interleave_size: int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Ownership, rank-local offset and table column of every position (int64 math)."""
     k, b, w, r, i = (
         kv_cache_block_size,
         blocks_per_kv_block,
@@ -182,29 +230,75 @@ def reference_slot_mapping(
     owned = torch.remainder(torch.div(o, i, rounding_mode="floor"), w) == r
     lo = torch.div(o, w * i, rounding_mode="floor") * i + torch.remainder(o, i)
     col = vb * b + torch.div(lo, block_size, rounding_mode="floor")
+    return owned, lo, col
 
-    stride = block_table.shape[1]
-    beyond = torch.nonzero(owned & (col >= stride))
-    if beyond.numel():
-        t = int(beyond[0, 0])
-        raise ValueError(
-            f"token {t} (request {int(req[t])}, position {int(pos[t])}) needs block column "
-            f"{int(col[t])}, beyond the row width {stride}"
-        )
+
+def _gather(
+    table: torch.Tensor,
+    req: torch.Tensor,
+    owned: torch.Tensor,
+    lo: torch.Tensor,
+    col: torch.Tensor,
+    block_size: int,
+    pad_id: int,
+) -> torch.Tensor:
+    """The slots: table entries read only where owned (column 0 elsewhere, then masked)."""
     safe_col = torch.where(owned, col, torch.zeros_like(col))
-    table = block_table.to(device)
     block_id = table[req, safe_col].to(torch.int64)
     slot = block_id * block_size + torch.remainder(lo, block_size)
-    slot = torch.where(owned, slot, torch.full_like(slot, pad_id))
+    return torch.where(owned, slot, torch.full_like(slot, pad_id))
 
-    if out is None:
-        result = torch.full((max_num_tokens,), pad_id, dtype=torch.int64, device=device)
-    else:
-        if out.dtype != torch.int64 or out.ndim != 1 or out.shape[0] < max_num_tokens:
-            raise ValueError(
-                f"out must be a 1-D int64 tensor of at least {max_num_tokens} elements"
-            )
-        result = out[:max_num_tokens]
-        result[num_tokens:].fill_(pad_id)
-    result[:num_tokens] = slot
-    return result
+
+def unchecked_torch_slot_mapping(
+    *,
+    query_start_loc: torch.Tensor,
+    positions: torch.Tensor,
+    block_table: torch.Tensor,
+    block_size: int,
+    kv_cache_block_size: int,
+    blocks_per_kv_block: int,
+    dcp_world_size: int,
+    dcp_rank: int,
+    cp_kv_cache_interleave_size: int,
+    out: torch.Tensor,
+    pad_id: int = PAD_SLOT_ID,
+) -> torch.Tensor:
+    """The reference's math with no input checks and no host synchronization.
+
+    For benchmarks only (a fair "plain torch" baseline on a GPU): it trusts its
+    inputs completely, like the kernel. Writes ``out`` in full (tail padded).
+
+    Args:
+        query_start_loc: int ``[num_reqs + 1]`` offsets, assumed valid.
+        positions: int64 ``[num_tokens]``, assumed valid.
+        block_table: int32 kernel-block table.
+        block_size: kernel block size.
+        kv_cache_block_size: allocation block size.
+        blocks_per_kv_block: kernel blocks per allocation block.
+        dcp_world_size: DCP world size.
+        dcp_rank: DCP rank.
+        cp_kv_cache_interleave_size: DCP interleave size.
+        out: int64 output buffer of at least ``num_tokens`` elements.
+        pad_id: padding value.
+
+    Returns:
+        ``out``.
+    """
+    num_tokens = positions.shape[0]
+    num_reqs = query_start_loc.shape[0] - 1
+    counts = (query_start_loc[1:] - query_start_loc[:-1]).to(torch.int64)
+    req = torch.repeat_interleave(
+        torch.arange(num_reqs, device=positions.device), counts, output_size=num_tokens
+    )
+    owned, lo, col = _columns(
+        positions,
+        block_size=block_size,
+        kv_cache_block_size=kv_cache_block_size,
+        blocks_per_kv_block=blocks_per_kv_block,
+        dcp_world_size=dcp_world_size,
+        dcp_rank=dcp_rank,
+        cp_kv_cache_interleave_size=cp_kv_cache_interleave_size,
+    )
+    out[:num_tokens] = _gather(block_table, req, owned, lo, col, block_size, pad_id)
+    out[num_tokens:].fill_(pad_id)
+    return out
