@@ -1,0 +1,166 @@
+"""The backend interface, the target context, and the ``tilelang``/``cutedsl`` stub backends."""
+
+from __future__ import annotations
+
+import importlib.util
+import threading
+
+import pytest
+
+import warmkit
+from warmkit import BackendNotImplementedError, BackendStatus, WarmupConfig, WarmupError
+from warmkit import _backend as backend_module
+from warmkit import _plugins as plugins
+
+from . import _kernels
+from ._kernels import FakeBackend, ScaleKernel
+
+STUBS = [
+    ("tilelang", backend_module.TileLangStubBackend, "tilelang", "pip install tilelang"),
+    (
+        "cutedsl",
+        backend_module.CuteDSLStubBackend,
+        "cutlass",
+        "pip install nvidia-cutlass-dsl",
+    ),
+]
+
+
+@pytest.fixture
+def hide(monkeypatch):
+    """Make modules look uninstalled, whatever this machine has."""
+    real = importlib.util.find_spec
+    hidden: set[str] = set()
+
+    def find_spec(name, *args, **kwargs):
+        if name.partition(".")[0] in hidden:
+            return None
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
+    return hidden
+
+
+@pytest.fixture
+def present(plugin_site):
+    """Make a DSL package importable (an empty package in a temp dir on sys.path)."""
+
+    def make(module: str, dist: str | None = None, version: str = "0.1.5") -> None:
+        pkg = plugin_site.root / module
+        pkg.mkdir()
+        (pkg / "__init__.py").write_text("")
+        plugin_site.modules.add(module)
+        if dist:
+            plugin_site.add_dist(dist, version)
+        importlib.invalidate_caches()
+
+    return make
+
+
+@pytest.mark.parametrize(("name", "cls", "module", "hint"), STUBS)
+def test_stub_reports_unavailable_with_the_pip_command_when_missing(hide, name, cls, module, hint):
+    hide.add(module)
+    status = cls().available()
+    assert status == BackendStatus(ok=False, reason=status.reason, install_hint=hint)
+    assert module in status.reason
+    assert cls().name == name
+
+
+@pytest.mark.parametrize(("name", "cls", "module", "hint"), STUBS)
+def test_stub_is_available_but_cannot_compile_when_present(present, name, cls, module, hint):
+    present(module, dist=cls.distribution, version="0.1.5")
+    stub = cls()
+    status = stub.available()
+    assert status.ok is True
+    assert "stub" in status.reason
+    assert status.version == "0.1.5"
+    with pytest.raises(BackendNotImplementedError) as info:
+        stub.compile(ScaleKernel(), ScaleKernel.CompileKey(1, "f16"), None)
+    err = info.value
+    assert err.backend == name
+    assert "stub" in str(err) and ScaleKernel.name in str(err)
+    assert isinstance(err, NotImplementedError) and isinstance(err, warmkit.WarmkitError)
+
+
+def test_stub_without_distribution_metadata_has_no_version(present):
+    present("tilelang")
+    assert backend_module.TileLangStubBackend().available().version is None
+
+
+@pytest.mark.parametrize(("name", "cls", "module", "hint"), STUBS)
+def test_stubs_are_entry_points_of_the_core_and_full_backends(name, cls, module, hint):
+    stub = plugins.get_backend(name)
+    assert type(stub) is cls
+    assert isinstance(stub, warmkit.Backend)
+    assert stub.default_target() is None
+    assert stub.parallelism(None) == 1
+    with stub.compile_scope(None, 4):
+        pass
+    stub.install_monitor()
+    stub.uninstall_monitor()
+
+
+def _tile_registry():
+    class Tile(ScaleKernel):
+        backend = "tilelang"
+
+    reg = warmkit.WarmupRegistry()
+    reg.add(Tile, n=1)
+    return Tile, reg
+
+
+def test_warmup_of_a_missing_stub_names_kernel_backend_and_pip_command(hide):
+    hide.add("tilelang")
+    tile, reg = _tile_registry()
+    with pytest.raises(WarmupError) as info:
+        warmkit.warmup(WarmupConfig(progress="off"), reg)
+    msg = str(info.value)
+    assert tile.name in msg and "'tilelang'" in msg and "pip install tilelang" in msg
+
+
+def test_warmup_of_a_present_stub_says_it_is_a_stub(present):
+    present("tilelang")
+    _tile, reg = _tile_registry()
+    with pytest.raises(WarmupError) as info:
+        warmkit.warmup(WarmupConfig(progress="off", target="sm_90"), reg)
+    assert isinstance(info.value.__cause__, BackendNotImplementedError)
+    assert "stub" in str(info.value)
+
+
+# -- the target context and the default compile --------------------------------------------
+
+
+def test_current_target_is_scoped_and_thread_local():
+    assert warmkit.current_target() is None
+    seen = []
+    with backend_module.target_scope("cuda:90"):
+        assert warmkit.current_target() == "cuda:90"
+        with backend_module.target_scope("cuda:80"):
+            assert warmkit.current_target() == "cuda:80"
+        t = threading.Thread(target=lambda: seen.append(warmkit.current_target()))
+        t.start()
+        t.join()
+        assert warmkit.current_target() == "cuda:90"
+    assert warmkit.current_target() is None
+    assert seen == [None]
+
+
+def test_default_compile_delegates_to_the_backend_with_the_current_target(fake_backend):
+    key = ScaleKernel.CompileKey(8, "f16")
+    executor = ScaleKernel().get_or_compile(key)
+    assert (executor.kernel, executor.key, executor.target) == (ScaleKernel.name, key, None)
+    with backend_module.target_scope("cuda:90"):
+        assert ScaleKernel().compile(key).target == "cuda:90"
+    assert _kernels.COMPILES == [(ScaleKernel.name, key, None), (ScaleKernel.name, key, "cuda:90")]
+    assert FakeBackend.instances == 1
+
+
+def test_default_compile_without_the_backend_names_kernel_and_backend():
+    with pytest.raises(warmkit.BackendUnavailableError) as info:
+        ScaleKernel().get_or_compile(ScaleKernel.CompileKey(8, "f16"))
+    assert (info.value.kernel, info.value.backend) == (ScaleKernel.name, "fake")
+
+
+def test_backend_status_defaults():
+    s = BackendStatus(ok=True)
+    assert (s.reason, s.install_hint, s.version) == ("", None, None)
