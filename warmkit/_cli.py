@@ -30,6 +30,17 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # On every (sub)command, so that `warmkit plan m.json -v` works like `warmkit -v plan m.json`.
+        self.add_argument(
+            "-v",
+            "--verbose",
+            action="count",
+            default=argparse.SUPPRESS,
+            help="more logs; tracebacks on error",
+        )
+
     def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
         self.exit(EXIT_USAGE, f"warmkit: error: {message}\n")
@@ -38,9 +49,7 @@ class _Parser(argparse.ArgumentParser):
 def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog="warmkit", description="Compile JIT kernels before serving.")
     p.add_argument("--version", action="store_true", help="print versions of warmkit and plugins")
-    p.add_argument(
-        "-v", "--verbose", action="count", default=0, help="more logs; tracebacks on error"
-    )
+    p.set_defaults(verbose=0)
     sub = p.add_subparsers(dest="command", parser_class=_Parser)
 
     s = sub.add_parser("list", help="installed backends and kernels")
