@@ -1,0 +1,206 @@
+"""Per-call CPU overhead of three ways to launch one small Triton kernel, in one process.
+
+(a) a warmed ``warmkit_triton.TritonKernel`` call (``dispatch`` + ``run``: the
+    cached compiled kernel's launcher, called directly);
+(b) a bare ``fn[grid](...)`` launch;
+(c) a "dispatch + dict lookup + ``fn[grid]``" wrapper, the way vLLM wraps kernels.
+
+Each run times ``--iters`` back-to-back launches (no synchronisation between
+them; one at the end), so the number is the CPU cost per launch. The table
+shows the median over ``--runs`` runs (>= 5) and the ratios to (b); ``--out``
+writes the same as JSON.
+
+Usage::
+
+    python benchmarks/launch_overhead.py --out launch.json          # on a GPU
+    python benchmarks/launch_overhead.py --tiny --out smoke.json     # smoke test, GPU or not
+
+Without a GPU the full benchmark exits with a message (status 2). ``--tiny``
+runs a few iterations; without a GPU it re-executes itself under
+``TRITON_INTERPRET=1``, so the numbers are meaningless but every code path of
+the script (warmup, the three launch paths, the table, the JSON) runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from typing import Any
+
+import attrs
+
+
+def _parse() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", help="write the results as JSON to this path")
+    p.add_argument(
+        "--runs", type=int, default=7, help="timed runs per launch path (>= 5; default 7)"
+    )
+    p.add_argument("--iters", type=int, default=5000, help="launches per run (default 5000)")
+    p.add_argument("--n", type=int, default=4096, help="elements of the vector add (default 4096)")
+    p.add_argument("--tiny", action="store_true", help="a quick smoke run (works without a GPU)")
+    args = p.parse_args()
+    if args.runs < 5:
+        p.error("--runs must be at least 5 (the table reports medians)")
+    return args
+
+
+def _gpu_available() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available())
+
+
+def main() -> int:
+    args = _parse()
+    if args.tiny:
+        args.iters = min(args.iters, 20)
+        if not _gpu_available() and os.environ.get("TRITON_INTERPRET") != "1":
+            env = dict(os.environ, TRITON_INTERPRET="1")
+            os.execve(sys.executable, [sys.executable, *sys.argv], env)
+    elif not _gpu_available():
+        print(
+            "launch_overhead.py: no CUDA GPU is visible; this benchmark measures GPU launch overhead.\n"
+            "Run it on a GPU machine, or pass --tiny for a smoke run of the script itself.",
+            file=sys.stderr,
+        )
+        return 2
+    return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
+    import torch
+    import triton
+    import triton.language as tl
+    from warmkit_triton import TritonKernel, WarmupTensor, specialization_rep
+
+    import warmkit
+
+    interpreted = os.environ.get("TRITON_INTERPRET") == "1"
+    device = "cpu" if interpreted else "cuda"
+
+    @triton.jit
+    def add_kernel(x, y, out, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        mask = offs < n
+        tl.store(out + offs, tl.load(x + offs, mask=mask) + tl.load(y + offs, mask=mask), mask=mask)
+
+    class Add(TritonKernel):
+        fn = add_kernel
+        name = "benchmarks.launch_overhead.Add"
+
+        @attrs.frozen
+        class CompileKey:
+            n: int
+            block: int
+
+        def dispatch(self, *, n: int, block: int = 1024) -> Any:
+            return self.CompileKey(specialization_rep(n), block)
+
+        def warmup_args(self, key: Any) -> Any:
+            t = WarmupTensor(torch.float32, (max(key.n, 1),))
+            return (t, t, t, key.n), {"BLOCK": key.block}
+
+        def __call__(self, x: Any, y: Any, out: Any) -> None:
+            n = x.numel()
+            key = self.dispatch(n=n)
+            self.run(key, (triton.cdiv(n, key.block),), x, y, out, n, BLOCK=key.block)
+
+    # (c): the vLLM-style wrapper: dispatch to a key, look up the launch config, fn[grid]
+    configs: dict[tuple[int, int], dict[str, int]] = {}
+
+    def vllm_style(x: Any, y: Any, out: Any) -> None:
+        n = x.numel()
+        key = (specialization_rep(n), 1024)
+        cfg = configs[key]
+        add_kernel[(triton.cdiv(n, cfg["BLOCK"]),)](x, y, out, n, **cfg)
+
+    n = args.n
+    x = torch.randn(n, device=device)
+    y = torch.randn(n, device=device)
+    out = torch.empty_like(x)
+    kernel = Add()
+    reg = warmkit.WarmupRegistry()
+    with reg.activate():
+        kernel.register_warmup(n=n)
+    report = warmkit.warmup(warmkit.WarmupConfig(progress="off", monitor="warn"), registry=reg)
+    configs[(specialization_rep(n), 1024)] = {"BLOCK": 1024}
+    grid = (triton.cdiv(n, 1024),)
+
+    def sync() -> None:
+        if not interpreted:
+            torch.cuda.synchronize()
+
+    paths = {
+        "a_tritonkernel": lambda: kernel(x, y, out),
+        "b_bare_fn_grid": lambda: add_kernel[grid](x, y, out, n, BLOCK=1024),
+        "c_dispatch_dict_fn_grid": lambda: vllm_style(x, y, out),
+    }
+    # correctness and warm-up of every path (first calls are not timed)
+    for fn in paths.values():
+        out.zero_()
+        fn()
+        sync()
+        assert torch.allclose(out, x + y), "wrong result"
+    executor = kernel.get_or_compile(kernel.dispatch(n=n))
+    samples: dict[str, list[float]] = {k: [] for k in paths}
+    for _ in range(args.runs):
+        for name, fn in paths.items():  # interleaved, so drift affects all paths alike
+            sync()
+            t0 = time.perf_counter()
+            for _ in range(args.iters):
+                fn()
+            t1 = time.perf_counter()
+            sync()
+            samples[name].append((t1 - t0) / args.iters * 1e6)
+    med = {k: statistics.median(v) for k, v in samples.items()}
+    base = med["b_bare_fn_grid"]
+    ratios = {k: v / base for k, v in med.items()}
+
+    gpu = "interpreter (CPU)" if interpreted else torch.cuda.get_device_name()
+    print(
+        f"Triton {triton.__version__}, torch {torch.__version__}, Python {platform.python_version()}, {gpu}"
+    )
+    print(f"vector add of {n} fp32, grid {grid}, {args.iters} launches x {args.runs} runs (median)")
+    print(f"executor: {executor!r}; warmup: {report.entries[0].status}")
+    print()
+    print(f"{'launch path':<38} {'us/call':>9} {'vs bare':>8}")
+    labels = {
+        "a_tritonkernel": "(a) warmed TritonKernel call",
+        "b_bare_fn_grid": "(b) bare fn[grid](...)",
+        "c_dispatch_dict_fn_grid": "(c) dispatch + dict lookup + fn[grid]",
+    }
+    for k, label in labels.items():
+        print(f"{label:<38} {med[k]:>9.2f} {ratios[k]:>7.2f}x")
+    if args.tiny:
+        print("\n(--tiny: a smoke run; these numbers are not a measurement)")
+    result = {
+        "triton": triton.__version__,
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "device": gpu,
+        "tiny": bool(args.tiny),
+        "n": n,
+        "iters": args.iters,
+        "runs": args.runs,
+        "fast_launch": bool(getattr(executor, "fast", False)),
+        "us_per_call_median": med,
+        "us_per_call_runs": samples,
+        "ratio_to_bare": ratios,
+    }
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(result, f, indent=2)
+        print(f"\nwrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
