@@ -71,6 +71,7 @@ class WarmupRegistry:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._regs: dict[tuple[Any, ...], Registration] = {}
+        self._classes: dict[str, type] = {}
 
     # -- scope -------------------------------------------------------------------
 
@@ -113,7 +114,8 @@ class WarmupRegistry:
             TypeError: a positional argument that is not a ``zip_inputs`` group, an
                 input the kernel's dispatch does not accept, or a value that is not
                 plain immutable data (it would keep objects alive and not be savable).
-            ValueError: a name given twice.
+            ValueError: a name given twice, or a kernel name already registered
+                by another class.
         """
         from ._kernel import check_registration
 
@@ -126,6 +128,14 @@ class WarmupRegistry:
         except TypeError:
             ref = None
         with self._lock:
+            other = self._classes.setdefault(cls.name, cls)
+            if other is not cls:
+                raise ValueError(
+                    f"kernel name {cls.name!r} is used by two classes, "
+                    f"{other.__module__}.{other.__qualname__} and "
+                    f"{cls.__module__}.{cls.__qualname__}: one would compile the other's keys. "
+                    "Give each kernel class its own name"
+                )
             if ident in self._regs:
                 return False
             self._regs[ident] = Registration(cls.name, cls, tuple(zip_groups), dict(space), ref)
@@ -142,6 +152,7 @@ class WarmupRegistry:
         """Forget every registration."""
         with self._lock:
             self._regs.clear()
+            self._classes.clear()
 
     def plan(self) -> dict[str, list[Any]]:
         """Each kernel's ordered, unique keys, deduplicated across registrations and instances."""

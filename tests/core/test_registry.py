@@ -389,3 +389,21 @@ def test_zip_group_passed_as_a_keyword_is_refused_at_registration(registry):
     with pytest.raises(TypeError, match="positionally"):
         PyKernel().register_warmup(n=zip_inputs({"n": 1}))
     assert len(registry) == 0
+
+
+def test_two_kernel_classes_with_one_name_are_refused(registry):
+    class First(OtherKernel):
+        name = "shared.name"
+
+    class Second(PyKernel):
+        name = "shared.name"
+
+    First().register_warmup(m=1)
+    with pytest.raises(ValueError, match="shared.name.*two classes") as info:
+        Second().register_warmup(n=1)
+    assert "First" in str(info.value) and "Second" in str(info.value)
+    assert registry.plan() == {"shared.name": [First.CompileKey(1)]}
+    First().register_warmup(m=2)  # the first class keeps working
+    registry.clear()
+    Second().register_warmup(n=1)  # a cleared registry starts over
+    assert len(registry) == 1
