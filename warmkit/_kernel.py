@@ -307,12 +307,12 @@ def _analyse_dispatch(cls: type) -> DispatchInfo:
             cls.__qualname__,
             exc,
         )
-        return DispatchInfo(params, var_kw, frozenset(all_names))
+        return DispatchInfo(params, var_kw, frozenset(all_names), cls.CompileKey)  # type: ignore[attr-defined]
     func = next(
         (n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))), None
     )
     if func is None:  # e.g. dispatch = some_lambda
-        return DispatchInfo(params, var_kw, frozenset(all_names))
+        return DispatchInfo(params, var_kw, frozenset(all_names), cls.CompileKey)  # type: ignore[attr-defined]
     loads = {n.id for node in func.body for n in ast.walk(node) if isinstance(n, ast.Name)}
     if loads & {"locals", "vars", "eval", "exec"}:
         used = set(all_names)
@@ -324,7 +324,7 @@ def _analyse_dispatch(cls: type) -> DispatchInfo:
             f"dispatch() takes **{var_kw} but never uses it: extra inputs would be silently "
             f"dropped. Forward them, e.g. return self.CompileKey(**{var_kw}, ...)",
         )
-    return DispatchInfo(params, var_kw, frozenset(used))
+    return DispatchInfo(params, var_kw, frozenset(used), cls.CompileKey)  # type: ignore[attr-defined]
 
 
 def check_registration(cls: Any, zip_groups: Any, space: Any) -> None:

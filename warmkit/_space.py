@@ -235,11 +235,13 @@ class DispatchInfo:
         params: keyword-only input name -> default (``inspect.Parameter.empty`` if required).
         var_kw: the name of the ``**fields`` parameter, if any.
         used: the inputs the body actually reads (all of them if the source was unreadable).
+        key_type: the kernel's ``CompileKey``; every key dispatch returns must be one.
     """
 
     params: Mapping[str, Any]
     var_kw: str | None
     used: frozenset[str]
+    key_type: type | None = None
 
     def accepts(self, name: str) -> bool:
         return self.var_kw is not None or name in self.params
@@ -295,7 +297,8 @@ def expand(
         TypeError: a positional argument that is not a zip group; an input
             dispatch does not accept (the message lists the accepted ones); a
             required input missing; a ``where`` parameter naming no input; a
-            key field dispatch forwards but the key rejects.
+            key field dispatch forwards but the key rejects; dispatch returning
+            something other than the kernel's ``CompileKey``.
         ValueError: a name given twice; more than ``max_points`` points.
     """
     names = _names(zip_groups, space)
@@ -341,6 +344,7 @@ def expand(
 
     flat_names = tuple(itertools.chain.from_iterable(axis_names))
     nz = len(zip_groups)
+    key_type = info.key_type
     keys: dict[Hashable, None] = {}
     for combo in itertools.product(*axes):
         if nz:
@@ -356,6 +360,11 @@ def expand(
             raise TypeError(
                 f"kernel {kernel_name!r}: dispatch({_fmt(kwargs)}) failed: {exc}"
             ) from exc
+        if key_type is not None and not isinstance(key, key_type):
+            raise TypeError(
+                f"kernel {kernel_name!r}: dispatch({_fmt(kwargs)}) returned {key!r}, not a "
+                f"{key_type.__qualname__} (a missing return?)"
+            )
         keys[key] = None
     return list(keys)
 

@@ -536,3 +536,39 @@ def test_public_names_are_the_space_types():
 def test_zip_group_passed_as_a_keyword_is_type_error():
     with pytest.raises(TypeError, match="positionally"):
         Tri().get_warmup_keys(a=zip_inputs({"a": 1}, {"a": 2}))
+
+
+def test_dispatch_that_returns_no_compile_key_is_type_error():
+    class Forgot(JitKernel):
+        @attrs.frozen
+        class CompileKey:
+            n: int
+
+        def dispatch(self, *, n):
+            self.CompileKey(n)  # no return
+
+        def compile(self, key):
+            return object()
+
+    with pytest.raises(TypeError, match=r"dispatch\(n=1\) returned None, not a .*CompileKey"):
+        Forgot().get_warmup_keys(n=[1, 2])
+
+
+def test_subclass_keys_are_compile_keys():
+    class Base(JitKernel):
+        @attrs.frozen
+        class CompileKey:
+            n: int
+
+        def dispatch(self, *, n):
+            return self.Special(n) if n > 1 else self.CompileKey(n)
+
+        def compile(self, key):
+            return object()
+
+    @attrs.frozen
+    class Special(Base.CompileKey):
+        pass
+
+    Base.Special = Special
+    assert Base().get_warmup_keys(n=[1, 2]) == [Base.CompileKey(1), Special(2)]
