@@ -365,7 +365,13 @@ def expand(
                 f"kernel {kernel_name!r}: dispatch({_fmt(kwargs)}) returned {key!r}, not a "
                 f"{key_type.__qualname__} (a missing return?)"
             )
-        keys[key] = None
+        try:
+            keys[key] = None
+        except TypeError as exc:
+            raise TypeError(
+                f"kernel {kernel_name!r}: dispatch({_fmt(kwargs)}) returned {key!r}, which is "
+                f"not hashable ({exc}); CompileKey fields must be hashable (a tuple, not a list)"
+            ) from exc
     return list(keys)
 
 

@@ -572,3 +572,20 @@ def test_subclass_keys_are_compile_keys():
 
     Base.Special = Special
     assert Base().get_warmup_keys(n=[1, 2]) == [Base.CompileKey(1), Special(2)]
+
+
+def test_unhashable_key_value_is_type_error_naming_kernel_and_point():
+    class ListKey(JitKernel):
+        @attrs.frozen
+        class CompileKey:
+            dims: object
+
+        def dispatch(self, *, dims):
+            return self.CompileKey(list(dims))
+
+        def compile(self, key):
+            return object()
+
+    with pytest.raises(TypeError, match=r"ListKey.*dims=\(1, 2\).*hashable") as info:
+        ListKey().get_warmup_keys(dims=(1, 2))
+    assert isinstance(info.value.__cause__, TypeError)
