@@ -86,7 +86,7 @@ class IntRange:
             if not callable(advance):
                 raise TypeError(f"IntRange advance must be callable, got {advance!r}")
             values = tuple(_advance(start, stop, advance))
-        if len(values) == 0:
+        if _axis_len(values) == 0:
             raise ValueError(
                 f"IntRange({start}, {stop}{'' if step is None else f', {step}'}) is empty: "
                 "an empty axis would silently produce no keys"
@@ -322,19 +322,19 @@ def expand(
         values = axis_values(name, value)
         if name in info.params and name not in info.used and name not in read_by_where:
             # dispatch never reads it (nor does where=): one value is as good as a hundred.
-            if len(values) > 1:
+            if _axis_len(values) > 1:
                 logger.debug(
                     "kernel %s: dispatch never reads input %r; not expanding its %d values",
                     kernel_name,
                     name,
-                    len(values),
+                    _axis_len(values),
                 )
             fixed[name] = values[0]
             continue
         axes.append(values)
         axis_names.append((name,))
 
-    total = math.prod(len(a) for a in axes)
+    total = math.prod(_axis_len(a) for a in axes)
     if total > max_points:
         raise ValueError(
             f"kernel {kernel_name!r}: the search space has {total:,} points, over the "
@@ -373,6 +373,13 @@ def expand(
                 f"not hashable ({exc}); CompileKey fields must be hashable (a tuple, not a list)"
             ) from exc
     return list(keys)
+
+
+def _axis_len(values: Sequence[Any]) -> int:
+    """``len(values)``, also for a ``range`` longer than ``sys.maxsize`` (``len`` overflows)."""
+    if isinstance(values, range):
+        return max(0, -((values.start - values.stop) // values.step))
+    return len(values)
 
 
 def _fmt(kwargs: Mapping[str, Any]) -> str:

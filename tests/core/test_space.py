@@ -589,3 +589,22 @@ def test_unhashable_key_value_is_type_error_naming_kernel_and_point():
     with pytest.raises(TypeError, match=r"ListKey.*dims=\(1, 2\).*hashable") as info:
         ListKey().get_warmup_keys(dims=(1, 2))
     assert isinstance(info.value.__cause__, TypeError)
+
+
+def test_astronomically_large_space_still_fails_on_max_points_with_the_count():
+    with pytest.raises(ValueError, match="1,180,591,620,717,411,303,424 points"):
+        Lossy().get_warmup_keys(x=IntRange(0, 2**70))
+    with pytest.raises(ValueError, match="over the limit"):
+        Lossy().get_warmup_keys(x=IntRange(2**70, 0, -(2**3)))
+    # an unread input costs nothing, however large
+    assert keys(Lossy(), x=[1], unused=IntRange(0, 2**70)) == [(1,)]
+    assert Lossy.calls == 1
+
+
+def test_advance_that_grows_too_slowly_is_refused(monkeypatch):
+    from warmkit import _space
+
+    monkeypatch.setattr(_space, "MAX_ADVANCE_VALUES", 50)
+    assert len(IntRange(0, 50, advance=lambda v: v + 1)) == 50
+    with pytest.raises(ValueError, match="more than 50 values"):
+        IntRange(0, 10**9, advance=lambda v: v + 1)
