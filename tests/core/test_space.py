@@ -126,6 +126,7 @@ def keys(kernel: JitKernel, *groups, **space) -> list[tuple]:
 # -- IntRange -----------------------------------------------------------------------------
 
 
+@settings(deadline=None)
 @given(
     start=st.integers(-50, 50),
     stop=st.integers(-50, 50),

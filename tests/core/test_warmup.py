@@ -137,6 +137,16 @@ def test_only_the_backends_the_plan_needs_are_loaded(fake_backend):
     assert FakeBackend.scopes == [(None, 1)]
 
 
+def test_warmup_imports_no_plugin_module_the_plan_does_not_need(fake_backend):
+    fake_backend.add_module(
+        "wkp_unneeded_backend", f"from {_kernels.__name__} import FakeBackend as B\n"
+    )
+    fake_backend.add_dist("unneeded", backends={"unneeded": "wkp_unneeded_backend:B"})
+    warmkit.warmup(cfg(), reg_of((ScaleKernel, {"n": 1})))
+    assert "wkp_unneeded_backend" not in sys.modules
+    assert "unneeded" not in plugins._backends
+
+
 def test_second_warmup_reports_cached_and_backend_cache_hits_too(fake_backend):
     FakeBackend.cache_hit_keys = frozenset({S(2, "float16")})
     reg = reg_of((ScaleKernel, {"n": [1, 2]}))
