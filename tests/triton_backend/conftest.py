@@ -12,11 +12,16 @@ triton = pytest.importorskip("triton")
 
 from triton import knobs
 from triton.runtime.driver import driver
-from warmkit_triton import _hooks
+from warmkit_triton import TritonBackend, _hooks
+from warmkit_triton._aot import _RoutingDriver
 
 from warmkit import monitor
 
 from . import _kernels
+
+#: A target for ahead-of-time tests that go through ``warmkit.warmup``: not this host's GPU,
+#: because the core turns a target equal to the local device into a device warmup.
+AOT_TARGET = "cuda:80" if TritonBackend().default_target() == "cuda:90" else "cuda:90"
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -41,4 +46,6 @@ def triton_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Pa
         monitor.clear()
         _hooks.uninstall()
     _kernels.forget_all()
-    assert driver._active is saved_active, "a test left Triton's active driver replaced"
+    # Triton creates its driver lazily on a GPU host; a test must never leave ours behind
+    assert not isinstance(driver._active, _RoutingDriver), "a test left the AOT driver installed"
+    assert saved_active is None or driver._active is saved_active, "a test replaced Triton's driver"

@@ -29,6 +29,7 @@ from warmkit_triton._aot import AOT_RECORD, relocate_cache_entry
 import warmkit
 
 from ._kernels import Add, add_kernel
+from .conftest import AOT_TARGET
 
 pytestmark = pytest.mark.filterwarnings("ignore:TRITON_DEFAULT_FP_FUSION")
 
@@ -250,7 +251,7 @@ def test_warmkit_warmup_reports_compiled_then_cached(triton_cache):
     reg = warmkit.WarmupRegistry()
     with reg.activate():
         Add().register_warmup(n=[64, 65], block=128)
-    cfg = warmkit.WarmupConfig(target="cuda:90", progress="off", monitor="off", jobs=1)
+    cfg = warmkit.WarmupConfig(target=AOT_TARGET, progress="off", monitor="off", jobs=1)
     first = warmkit.warmup(cfg, registry=reg)
     assert [e.status for e in first.entries] == ["compiled", "compiled"]
     Add._warmkit_forget()  # a new process would have no executors: only the disk cache

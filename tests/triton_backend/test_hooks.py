@@ -23,6 +23,7 @@ from warmkit import RuntimeCompileError, monitor
 from warmkit._plugins import get_backend
 
 from ._kernels import Add, raw_mul_kernel
+from .conftest import AOT_TARGET
 
 pytestmark = pytest.mark.filterwarnings("ignore:TRITON_DEFAULT_FP_FUSION")
 
@@ -187,7 +188,7 @@ def test_warmkit_own_compiles_are_not_reported(triton_cache):
     with reg.activate():
         Add().register_warmup(n=[64, 65])
     report = warmkit.warmup(
-        warmkit.WarmupConfig(target="cuda:90", progress="off", monitor="error", jobs=2),
+        warmkit.WarmupConfig(target=AOT_TARGET, progress="off", monitor="error", jobs=2),
         registry=reg,
     )
     assert (

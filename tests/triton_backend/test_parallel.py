@@ -16,6 +16,7 @@ from warmkit_triton._aot import AOT_RECORD
 import warmkit
 
 from ._kernels import Add, add_kernel
+from .conftest import AOT_TARGET
 
 pytestmark = pytest.mark.filterwarnings("ignore:TRITON_DEFAULT_FP_FUSION")
 
@@ -29,7 +30,7 @@ def warm(cache: Path, monkeypatch, jobs: int, **space) -> warmkit.WarmupReport:
     with reg.activate():
         Add().register_warmup(**space)
     return warmkit.warmup(
-        warmkit.WarmupConfig(target="cuda:90", jobs=jobs, progress="off", monitor="off"),
+        warmkit.WarmupConfig(target=AOT_TARGET, jobs=jobs, progress="off", monitor="off"),
         registry=reg,
     )
 
@@ -124,7 +125,7 @@ def test_failure_in_one_parallel_key_is_attributed(triton_cache):
     with pytest.raises(warmkit.WarmupError) as exc:
         warmkit.warmup(
             warmkit.WarmupConfig(
-                target="cuda:90", jobs=2, progress="off", monitor="off", on_error="collect"
+                target=AOT_TARGET, jobs=2, progress="off", monitor="off", on_error="collect"
             ),
             registry=reg,
         )
