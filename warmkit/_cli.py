@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 import traceback
 from collections.abc import Sequence
@@ -64,7 +65,12 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--target", help="compile for this target, e.g. cuda:90 (default: this device)")
     s.add_argument("-j", "--jobs", type=int, help="parallel compiles (default: CPU count)")
     s.add_argument("--monitor", choices=("off", "warn", "error"), help="monitor mode afterwards")
-    s.add_argument("--on-error", choices=("raise", "collect"), default="collect")
+    s.add_argument(
+        "--on-error",
+        choices=("raise", "collect"),
+        help="stop at the first failure, or attempt every key (default: WARMKIT_ON_ERROR, "
+        "else collect)",
+    )
     s.add_argument("--json", action="store_true")
 
     s = sub.add_parser("bundle", help="build, install or inspect precompiled bundles")
@@ -180,7 +186,12 @@ def _cmd_warmup(args: argparse.Namespace) -> int:
     from ._warmup import WarmupConfig, warmup
 
     registry = WarmupRegistry.load(args.manifest)
-    overrides: dict[str, Any] = {"on_error": args.on_error}
+    overrides: dict[str, Any] = {}
+    if args.on_error:
+        overrides["on_error"] = args.on_error
+    elif "WARMKIT_ON_ERROR" not in os.environ:
+        # An operator wants every failure at once; the library default stays fail-fast.
+        overrides["on_error"] = "collect"
     if args.target:
         overrides["target"] = args.target
     if args.jobs is not None:

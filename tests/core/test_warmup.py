@@ -228,11 +228,29 @@ def test_unavailable_backend_error_names_kernel_backend_and_install_hint(fake_ba
     assert FakeBackend.scopes == []
 
 
-def test_no_device_and_no_target_is_a_clear_error(fake_backend):
-    FakeBackend.device = None
-    with pytest.raises(WarmupError, match="WARMKIT_TARGET") as info:
-        warmkit.warmup(cfg(), reg_of((ScaleKernel, {"n": 1})))
-    assert isinstance(info.value.__cause__, BackendUnavailableError)
+def test_a_present_stub_backend_fails_its_keys_saying_it_is_a_stub(monkeypatch):
+    # No device and no target: the core leaves it to the backend, so a stub says it is one.
+    from warmkit._backend import TileLangStubBackend
+
+    class TileKernel(warmkit.JitKernel):
+        backend = "tilelang"
+
+        @attrs.frozen
+        class CompileKey:
+            n: int
+
+        def dispatch(self, *, n):
+            return self.CompileKey(n)
+
+    monkeypatch.setattr(
+        TileLangStubBackend, "available", lambda self: BackendStatus(ok=True, reason="stub")
+    )
+    plugins._reset_for_tests(["tilelang"])
+    with pytest.raises(WarmupError, match="stub") as info:
+        warmkit.warmup(cfg(), reg_of((TileKernel, {"n": 1})))
+    assert isinstance(info.value.__cause__, warmkit.BackendNotImplementedError)
+    assert info.value.kernel == TileKernel.name
+    plugins._reset_for_tests(["tilelang"])
 
 
 def test_parallel_fail_fast_reports_every_key_in_plan_order(fake_backend):
