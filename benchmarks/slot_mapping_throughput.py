@@ -6,10 +6,14 @@
 For each batch size (tokens per step) and two geometries (plain attention,
 and a hybrid 64/16 group under DCP 2), it times, per call:
 
-* ``kernel``: ``BlockTable.compute_slot_mapping`` on a CUDA table, i.e. the
+* ``table``: ``BlockTable.compute_slot_mapping`` on a CUDA table, i.e. the
   cheap input checks, ``dispatch`` and the warmed kernel's launch (warmed up
   through ``warmkit.warmup`` first; the monitor is in ``"error"`` mode, so a
   compile during timing would abort the run);
+* ``kernel``: ``ComputeSlotMappingKernel.__call__`` alone (``dispatch`` plus
+  the launch, without the table's checks);
+* ``gpu``: the kernel's time on the GPU alone: 50 launches captured in a CUDA
+  graph, replayed, divided by 50 (launch overhead excluded);
 * ``reference``: ``reference_slot_mapping`` as shipped: it validates its
   inputs, which reads values back to the host (synchronizes) on a GPU;
 * ``torch``: the same math with no checks and no host synchronization
@@ -29,7 +33,7 @@ from typing import Any
 
 import torch
 from _common import emit, parser, stats, table
-from warmkit_blocktable import BlockTable, reference_slot_mapping
+from warmkit_blocktable import BlockTable, ComputeSlotMappingKernel, reference_slot_mapping
 from warmkit_blocktable._reference import unchecked_torch_slot_mapping
 
 import warmkit
@@ -92,6 +96,34 @@ def time_per_call(
     return stats(samples) | {"iters": iters}
 
 
+def gpu_time(fn: Callable[[], Any], runs: int, launches: int = 50) -> dict[str, float] | None:
+    """GPU time per call: ``launches`` calls captured in a CUDA graph, replayed ``runs`` times."""
+    try:
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            fn()  # outside capture: nothing lazy left for the capture
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for _ in range(launches):
+                fn()
+    except Exception as exc:  # noqa: BLE001 -- reported, not fatal: the CPU numbers still stand
+        print(f"CUDA graph capture failed ({type(exc).__name__}: {exc}); no gpu column")
+        return None
+    graph.replay()
+    torch.cuda.synchronize()
+    samples = []
+    for _ in range(runs):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        samples.append(start.elapsed_time(end) / 1e3 / launches)
+    return stats(samples) | {"iters": launches}
+
+
 def main() -> None:
     p = parser(__doc__.splitlines()[0])
     p.add_argument("--sizes", type=int, nargs="+", default=list(SIZES), help="tokens per step")
@@ -131,6 +163,7 @@ def main() -> None:
         )
         print(f"warmed up {len(report.entries)} key(s) in {report.seconds:.2f} s")
 
+    kernel = ComputeSlotMappingKernel()
     gen = torch.Generator().manual_seed(0)
     rows = []
     results: dict[str, Any] = {"device": str(device), "gpu": has_gpu, "note": note, "cases": []}
@@ -148,7 +181,7 @@ def main() -> None:
             }
             case: dict[str, Any] = {"geometry": name, "tokens": n, "num_reqs": num_reqs}
             if has_gpu:
-                case["kernel"] = time_per_call(
+                case["table"] = time_per_call(
                     lambda bt=bt, q=qsl, p=positions, nr=num_reqs: bt.compute_slot_mapping(
                         nr, q, p
                     ),
@@ -157,6 +190,26 @@ def main() -> None:
                     min_seconds,
                 )
                 got = bt.compute_slot_mapping(num_reqs, qsl, positions)
+                launch = {
+                    "num_reqs": num_reqs,
+                    "num_tokens": n,
+                    "max_num_tokens": max_tokens,
+                    "query_start_loc": qsl,
+                    "positions": positions,
+                    "block_table": bt.block_table,
+                    "block_table_stride": bt.row_width,
+                    "block_size": bt.kernel_block_size,
+                    "slot_mapping": out,
+                    "kv_cache_block_size": bt.block_size,
+                    "blocks_per_kv_block": bt.blocks_per_kv_block,
+                    "total_cp_world_size": bt.dcp_world_size,
+                    "total_cp_rank": bt.dcp_rank,
+                    "cp_kv_cache_interleave_size": bt.cp_kv_cache_interleave_size,
+                }
+                case["kernel"] = time_per_call(
+                    lambda kw=launch: kernel(**kw), device, runs, min_seconds
+                )
+                case["gpu"] = gpu_time(lambda kw=launch: kernel(**kw), runs)
             case["reference"] = time_per_call(
                 lambda bt=bt, q=qsl, p=positions, c=common, o=out: reference_slot_mapping(
                     query_start_loc=q,
@@ -190,25 +243,39 @@ def main() -> None:
             results["cases"].append(case)
 
             def us(key: str, case: dict[str, Any] = case) -> str:
-                if key not in case:
+                if case.get(key) is None:
                     return "-"
                 s = case[key]
                 return f"{s['median'] * 1e6:.1f} ({s['min'] * 1e6:.1f}-{s['max'] * 1e6:.1f})"
 
             speedup = (
-                f"{case['torch']['median'] / case['kernel']['median']:.1f}x"
-                if "kernel" in case
+                f"{case['torch']['median'] / case['table']['median']:.1f}x"
+                if "table" in case
                 else "-"
             )
-            rows.append((name, n, num_reqs, us("kernel"), us("reference"), us("torch"), speedup))
+            rows.append(
+                (
+                    name,
+                    n,
+                    num_reqs,
+                    us("table"),
+                    us("kernel"),
+                    us("gpu"),
+                    us("reference"),
+                    us("torch"),
+                    speedup,
+                )
+            )
     head = (
         "geometry",
         "tokens",
         "reqs",
+        "table us",
         "kernel us",
+        "gpu us",
         "reference us",
         "torch us",
-        "torch/kernel",
+        "torch/table",
     )
     text = (
         table(rows, head)

@@ -558,6 +558,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--steps must be >= 0")
     has_gpu = torch.cuda.is_available()
     device = torch.device("cuda", torch.cuda.current_device()) if has_gpu else torch.device("cpu")
+    if not has_gpu:
+        # The reference works on a few thousand elements per call: intra-op threads only
+        # add overhead, and jitter on a busy host.
+        torch.set_num_threads(1)
     if args.target is not None:
         target: str | None = args.target
     elif has_gpu:

@@ -66,6 +66,8 @@ def test_public_names() -> None:
     }
     for name in warmkit_blocktable.__all__:
         assert hasattr(warmkit_blocktable, name)
+    # a stable name, independent of the private module layout
+    assert ComputeSlotMappingKernel.name == "warmkit_blocktable.ComputeSlotMappingKernel"
 
 
 def test_entry_point() -> None:
@@ -184,6 +186,21 @@ def test_placeholder_and_real_tables_deduplicate() -> None:
         KERNEL.dispatch(**real[0].warmup_space()),
         KERNEL.dispatch(**real[1].warmup_space()),
     ]
+
+
+def test_groups_sharing_a_geometry_share_one_registration() -> None:
+    reg = warmkit.WarmupRegistry()
+    with reg.activate():
+        mg = MultiGroupBlockTable(
+            block_sizes=[16, 16, 32],
+            max_num_reqs=4,
+            max_model_len=1024,
+            max_num_batched_tokens=64,
+            device="cpu",
+        )
+    assert len(mg) == 3
+    assert len(reg) == 2
+    assert len(reg.plan()[NAME]) == 2
 
 
 def test_manifest_round_trip(tmp_path: Any) -> None:

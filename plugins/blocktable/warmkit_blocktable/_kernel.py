@@ -93,6 +93,8 @@ class ComputeSlotMappingKernel(TritonKernel):
     grid ``(num_reqs + 1,)``.
     """
 
+    #: Stable across refactors of the private module layout (reports, monitor events).
+    name = "warmkit_blocktable.ComputeSlotMappingKernel"
     fn = compute_slot_mapping_kernel
 
     @attrs.frozen
