@@ -3,7 +3,8 @@
 Usage: python _gpu_child.py MODE [TARGET]; prints one JSON object on the last line.
 
 Modes:
-  latency-device        warmkit device warmup, then first vs steady latency of TritonKernel calls
+  latency-device [R]    warmkit device warmup, then first vs steady latency of TritonKernel calls
+                        (variants in an order rotated by R)
   latency-device-raw    warmkit device warmup, then the same for bare fn[grid] launches
   latency-compile-only  Triton's compile-only fn.warmup (the vLLM way), then bare fn[grid] launches
   aot-fill              (CUDA hidden) ahead-of-time warmup for TARGET into TRITON_CACHE_DIR
@@ -94,8 +95,10 @@ def timed(fn) -> float:
     return (time.perf_counter() - t0) * 1e6
 
 
-def measure(raw: bool) -> list[dict]:
+def measure(raw: bool, rotate: int = 0) -> list[dict]:
     calls = launches(raw)
+    rotate %= len(calls)
+    calls = calls[rotate:] + calls[:rotate]
     torch.cuda.synchronize()
     results = []
     for name, fn in calls:
@@ -148,8 +151,16 @@ def main() -> None:
         )
         result["warmup_s"] = round(time.perf_counter() - t0, 3)
         result["statuses"] = sorted(e.status for e in report.entries)
+        result["executors"] = sorted(
+            {
+                f"{ex.launch_path} primed={ex.primed}"
+                for cls in (Add, ScaleRows)
+                for ex in cls._warmkit_executors.values()
+            }
+        )
         counter = Counter()
-        result["latency"] = measure(raw=mode.endswith("raw"))
+        rotate = int(sys.argv[2]) if len(sys.argv) > 2 else 0
+        result["latency"] = measure(raw=mode.endswith("raw"), rotate=rotate)
         result["hook_events"] = counter.events
         result["monitor_events"] = [(e.kernel, e.kind) for e in monitor.events()]
     elif mode == "latency-compile-only":

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -57,13 +58,21 @@ def table(title: str, rows: list[dict]) -> None:
 
 
 def test_device_warmup_leaves_zero_hook_events_and_first_call_is_steady(tmp_path):
-    result = child("latency-device", tmp_path / "cache")
-    assert set(result["statuses"]) == {"compiled"}
-    assert result["hook_events"] == [], result["hook_events"]
-    assert result["monitor_events"] == []
-    table(f"device warmup, TritonKernel calls (Triton {result['triton']})", result["latency"])
-    for r in result["latency"]:
-        assert r["first_us"] <= 1.5 * r["steady_us"], r
+    """Three fresh processes, the variants' order rotated, so each process's very first call is another key."""
+    runs = [child("latency-device", tmp_path / f"cache{r}", str(r)) for r in range(3)]
+    for result in runs:
+        assert set(result["statuses"]) == {"compiled"}
+        assert result["hook_events"] == [], result["hook_events"]
+        assert result["monitor_events"] == []
+        table(f"device warmup, TritonKernel calls (Triton {result['triton']})", result["latency"])
+    summary = summarize(runs)
+    table("device warmup, TritonKernel calls: per-variant median over the 3 processes", summary)
+    for r in summary:
+        # nothing compiles, loads or builds: a compile-only warmup leaves ~160 ms here (Triton 3.6)
+        assert r["first_us"] < 1000, r
+    ratios = sorted(r["ratio"] for r in summary)
+    print(f"first/steady ratios: {ratios}")
+    assert statistics.median(ratios) <= 1.5, summary
 
 
 def test_device_warmup_also_prepares_bare_launches(tmp_path):
@@ -71,7 +80,26 @@ def test_device_warmup_also_prepares_bare_launches(tmp_path):
     assert result["hook_events"] == [], result["hook_events"]
     table("device warmup, bare fn[grid] launches", result["latency"])
     for r in result["latency"]:
-        assert r["first_us"] <= 1.5 * r["steady_us"], r
+        assert r["first_us"] < 1000, r
+
+
+def summarize(runs: list[dict]) -> list[dict]:
+    rows = []
+    for variant in [r["variant"] for r in runs[0]["latency"]]:
+        firsts = [r["first_us"] for run in runs for r in run["latency"] if r["variant"] == variant]
+        steadies = [
+            r["steady_us"] for run in runs for r in run["latency"] if r["variant"] == variant
+        ]
+        first, steady = statistics.median(firsts), statistics.median(steadies)
+        rows.append(
+            {
+                "variant": variant,
+                "first_us": first,
+                "steady_us": steady,
+                "ratio": round(first / steady, 2),
+            }
+        )
+    return rows
 
 
 def test_compile_only_warmup_first_call_is_reported(tmp_path):

@@ -402,6 +402,8 @@ class TritonBackend:
             specialization=spec,
             verify=bool(getattr(kernel, "verify_launches", False)),
         )
+        with _device_guard(device):
+            executor.primed = executor.prime(args, kwargs)
         logger.debug(
             "kernel %s key %r: %s on device %s",
             name,

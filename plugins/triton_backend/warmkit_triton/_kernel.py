@@ -277,6 +277,9 @@ def check_warmup_args(
 # -- executors ------------------------------------------------------------------------------------
 
 
+_prime_ok = True
+
+
 def _verify_default() -> bool:
     return os.environ.get("WARMKIT_TRITON_VERIFY", "").strip().lower() in ("1", "true", "yes", "on")
 
@@ -300,6 +303,10 @@ class TritonExecutor:
         cache_hit: True when the variant came from Triton's disk cache (or was
             already in memory), False when it was compiled.
         fast: whether launches bypass ``fn[grid]``.
+        primed: whether device warmup ran the launch path (see :meth:`prime`).
+        launch_path: ``"direct-3.6"``/``"direct-3.9"`` (the launcher's C
+            function, called with the installed Triton's argument layout),
+            ``"launcher"`` (the launcher object) or ``"fn[grid]"``.
     """
 
     def __init__(
@@ -326,61 +333,137 @@ class TritonExecutor:
         self._verify = verify or _verify_default()
         self._names, self._defaults = _params(fn)
         self._nparams = len(self._names)
+        # names to take from kwargs, by number of positional arguments
+        self._tails = {i: tuple(self._names[i:]) for i in range(self._nparams + 1)}
         from triton import knobs
+        from triton.knobs import HookChain
         from triton.runtime.driver import driver
 
         self._knobs_runtime = knobs.runtime
-        from triton.knobs import HookChain
-
         self._hookchain = HookChain
         active = driver.active
-        self._get_device = active.get_current_device
+        self._get_device = _fast_device_getter(active)
         self._get_stream = active.get_current_stream
+        self.fast = False
+        self.primed = False
+        self.launch_path = "fn[grid]"
         try:
-            self._launcher = (
-                compiled.run
-            )  # loads the module and builds the launcher if not yet done
+            launcher = compiled.run  # loads the module and builds the launcher if not yet done
             self._function = compiled.function
             self._packed = compiled.packed_metadata
-            self.fast = self._launcher is not None and self._function is not None
         except AttributeError as exc:
             logger.debug("kernel %s: no fast launch (%s); using fn[grid]", kernel, exc)
-            self.fast = False
+            return
+        if launcher is None or self._function is None:
+            return
+        self._launcher = launcher
+        self._go, self.launch_path = _direct_launch(launcher, self._packed)
+        self.fast = True
 
     def __call__(self, grid: Any, *args: Any, **kwargs: Any) -> None:
-        if self.fast and not self.fn.pre_run_hooks:
-            if kwargs or len(args) != self._nparams:
-                args = self._bind(args, kwargs)
-            device = self._get_device()
-            if device == self.device:
-                if self._verify:
-                    self._check(args)
-                stream = self._get_stream(device)
-                if callable(grid):
-                    grid = grid(dict(zip(self._names, args)))
-                n = len(grid)
-                gx = grid[0]
-                gy = grid[1] if n > 1 else 1
-                gz = grid[2] if n > 2 else 1
-                rt = self._knobs_runtime
-                enter, leave = rt.launch_enter_hook, rt.launch_exit_hook
-                hc = self._hookchain
-                if (enter is None or (type(enter) is hc and not enter.calls)) and (
-                    leave is None or (type(leave) is hc and not leave.calls)
-                ):
-                    self._launcher(
-                        gx, gy, gz, stream, self._function, self._packed, None, None, None, *args
-                    )
-                else:
-                    meta = self.compiled.launch_metadata(grid, stream, *args)
-                    self._launcher(
-                        gx, gy, gz, stream, self._function, self._packed, meta, enter, leave, *args
-                    )
-                return None
+        if kwargs or len(args) != self._nparams:
+            args = self._bind(args, kwargs)
+        if not self.fast or self.fn.pre_run_hooks:
             return self.fn[grid](*args, **self.launch_options)
-        return self.fn[grid](*args, **kwargs, **self.launch_options)
+        device = self._get_device()
+        if device != self.device:
+            return self.fn[grid](*args, **self.launch_options)
+        if self._verify:
+            self._check(args)
+        stream = self._get_stream(device)
+        if callable(grid):
+            grid = grid(dict(zip(self._names, args)))
+        n = len(grid)
+        rt = self._knobs_runtime
+        enter, leave = rt.launch_enter_hook, rt.launch_exit_hook
+        hc = self._hookchain
+        if (enter is None or (type(enter) is hc and not enter.calls)) and (
+            leave is None or (type(leave) is hc and not leave.calls)
+        ):
+            meta = enter = leave = None
+        else:
+            meta = self.compiled.launch_metadata(grid, stream, *args)
+        self._go(
+            grid[0],
+            grid[1] if n > 1 else 1,
+            grid[2] if n > 2 else 1,
+            stream,
+            self._function,
+            meta,
+            enter,
+            leave,
+            args,
+        )
+        return None
+
+    def prime(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> bool:
+        """Run the whole launch path once without running the kernel (done by device warmup).
+
+        Triton resolves some things lazily at the first real launch: 3.6's
+        per-signature launcher looks up ``cuLaunchKernelEx`` with ``dlsym`` then
+        (3.9's shared launcher once per process), and the launch path's Python
+        and C code runs for the first time. This calls the executor exactly as
+        a launch would, with the warmup's arguments (tensors replaced by a
+        small real device buffer) and a null ``CUfunction``: the driver rejects
+        the launch with "invalid resource handle" and nothing runs on the GPU.
+        It also checks the direct launcher call's argument layout: if the C
+        launcher rejects it, the executor falls back to the launcher object.
+        ``WARMKIT_TRITON_PRIME=0`` turns priming off.
+
+        Returns:
+            True when the launch path ran up to the driver's rejection.
+        """
+        global _prime_ok
+        if not self.fast or not _prime_ok or os.environ.get("WARMKIT_TRITON_PRIME", "1") == "0":
+            return False
+        try:
+            import torch
+
+            buf = torch.empty(256, dtype=torch.uint8, device=torch.device("cuda", self.device))
+        except Exception as exc:  # noqa: BLE001 - priming is an optimisation, never a failure
+            logger.debug("launch priming skipped: %s", exc)
+            return False
+        call_args = tuple(buf if hasattr(a, "data_ptr") else a for a in args)
+        call_kwargs = {k: (buf if hasattr(v, "data_ptr") else v) for k, v in kwargs.items()}
+        function, verify = self._function, self._verify
+        self._function, self._verify = 0, False
+        try:
+            for _attempt in range(2):
+                try:
+                    self((1, 1, 1), *call_args, **call_kwargs)
+                except TypeError as exc:
+                    if self.launch_path.startswith("direct"):
+                        # the installed Triton's launcher takes another argument layout
+                        logger.debug("direct launch rejected (%s); using the launcher object", exc)
+                        self._go, self.launch_path = _launcher_call(self._launcher, self._packed)
+                        continue
+                    logger.debug("kernel %s: launch path not primed (%s)", self.kernel, exc)
+                    return False
+                except RuntimeError as exc:
+                    if "invalid resource handle" in str(exc) or "INVALID_HANDLE" in str(exc):
+                        return True
+                    _prime_ok = False
+                    logger.debug("launch priming disabled: unexpected error %s", exc)
+                    return False
+                except Exception as exc:  # noqa: BLE001
+                    logger.debug("kernel %s: launch path not primed (%s)", self.kernel, exc)
+                    return False
+                _prime_ok = False
+                logger.warning(
+                    "launch priming: a launch with a null CUfunction did not fail; priming disabled"
+                )
+                return False
+            return False
+        finally:
+            self._function, self._verify = function, verify
 
     def _bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
+        tail = self._tails.get(len(args))
+        if tail is not None and len(kwargs) == len(tail):
+            try:
+                return args + tuple([kwargs[name] for name in tail])
+            except KeyError:
+                pass
         return bind_args(self.kernel, self.fn.__name__, self._names, self._defaults, args, kwargs)
 
     def _check(self, args: tuple[Any, ...]) -> None:
@@ -392,8 +475,112 @@ class TritonExecutor:
                 raise SpecializationMismatchError(self.kernel, self.key, name, want, got)
 
     def __repr__(self) -> str:
-        mode = "fast" if self.fast else "fn[grid]"
-        return f"<TritonExecutor {self.kernel} key={self.key!r} device={self.device!r} {mode}>"
+        return f"<TritonExecutor {self.kernel} key={self.key!r} device={self.device!r} {self.launch_path}>"
+
+
+def _fast_device_getter(active: Any) -> Any:
+    """torch's C getter for the current CUDA device when Triton uses torch's, else the driver's."""
+    getter = active.get_current_device
+    try:
+        import torch
+
+        if getter is torch.cuda.current_device:
+            from torch._C import _cuda_getDevice
+
+            return _cuda_getDevice
+    except (ImportError, AttributeError):
+        pass
+    return getter
+
+
+def _launcher_call(launcher: Any, packed: Any) -> tuple[Any, str]:
+    def go(
+        gx: int,
+        gy: int,
+        gz: int,
+        stream: Any,
+        function: Any,
+        meta: Any,
+        enter: Any,
+        leave: Any,
+        args: Any,
+    ) -> None:
+        launcher(gx, gy, gz, stream, function, packed, meta, enter, leave, *args)
+
+    return go, "launcher"
+
+
+def _direct_launch(launcher: Any, packed: Any) -> tuple[Any, str]:
+    """Call the CUDA launcher's C function directly when its layout is known and no scratch is needed.
+
+    ``CudaLauncher.__call__`` only allocates scratch buffers (none for most
+    kernels) and forwards to its C ``launch``, whose argument layout differs
+    between Triton 3.6 (per-signature launcher: scratch buffers, then the
+    metadata and hooks, then each argument) and 3.9 (generic launcher: the
+    metadata and hooks, the scratch buffers, then the argument annotations,
+    the packed signature and the arguments as one tuple).
+    """
+    if type(launcher).__name__ != "CudaLauncher":
+        return _launcher_call(launcher, packed)
+    launch = getattr(launcher, "launch", None)
+    needs_scratch = getattr(launcher, "global_scratch_size", 1) or getattr(
+        launcher, "profile_scratch_size", 1
+    )
+    if launch is None or needs_scratch or getattr(launcher, "gsan_enabled", False):
+        return _launcher_call(launcher, packed)
+    coop = launcher.launch_cooperative_grid
+    pdl = launcher.launch_pdl
+    if hasattr(launcher, "arg_annotations") and hasattr(launcher, "kernel_signature"):
+        annotations, signature = launcher.arg_annotations, launcher.kernel_signature
+
+        def go39(
+            gx: int,
+            gy: int,
+            gz: int,
+            stream: Any,
+            function: Any,
+            meta: Any,
+            enter: Any,
+            leave: Any,
+            args: Any,
+        ) -> None:
+            launch(
+                gx,
+                gy,
+                gz,
+                stream,
+                function,
+                coop,
+                pdl,
+                packed,
+                meta,
+                enter,
+                leave,
+                None,
+                None,
+                annotations,
+                signature,
+                args,
+            )
+
+        return go39, "direct-3.9"
+
+    def go36(
+        gx: int,
+        gy: int,
+        gz: int,
+        stream: Any,
+        function: Any,
+        meta: Any,
+        enter: Any,
+        leave: Any,
+        args: Any,
+    ) -> None:
+        launch(
+            gx, gy, gz, stream, function, coop, pdl, None, None, packed, meta, enter, leave, *args
+        )
+
+    return go36, "direct-3.6"
 
 
 def bind_args(

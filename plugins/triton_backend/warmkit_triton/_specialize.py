@@ -36,6 +36,12 @@ U64 = (2**63, 2**64)
 _CANDIDATES = (2, 16, 1, 2**31 + 1, 2**31, 2**63 + 1, 2**63)
 
 
+# Representatives already computed (default flags), so a dispatch on the hot path
+# pays one dict lookup; bounded so that a stream of distinct values cannot grow it.
+_memo: dict[int, int] = {}
+_MEMO_MAX = 1 << 16
+
+
 @functools.cache
 def _native() -> Callable[..., Any] | None:
     try:
@@ -135,6 +141,16 @@ def specialization_rep(
         TypeError: a value that is not None, bool, int or float (Triton itself
             rejects strings and numpy scalars).
     """
+    if type(value) is int and specialize and align:
+        rep = _memo.get(value)
+        if rep is not None:
+            return rep
+        rep = _rep_of_class(_class_of(value, True, True), True, True)
+        if rep is None:
+            return value
+        if len(_memo) < _MEMO_MAX:
+            _memo[value] = rep
+        return rep
     if value is None or isinstance(value, bool):
         return value
     if isinstance(value, float):
