@@ -3,7 +3,8 @@
 (a) a warmed ``warmkit_triton.TritonKernel`` call (``dispatch`` + ``run``: the
     cached compiled kernel's launcher, called directly);
 (b) a bare ``fn[grid](...)`` launch;
-(c) a "dispatch + dict lookup + ``fn[grid]``" wrapper, the way vLLM wraps kernels.
+(c) a "dispatch + dict lookup + ``fn[grid]``" wrapper, the way vLLM wraps kernels;
+and, for information, (a') ``TritonKernel.run(key, ...)`` with the key already computed.
 
 Each run times ``--iters`` back-to-back launches (no synchronisation between
 them; one at the end), so the number is the CPU cost per launch. The table
@@ -138,8 +139,12 @@ def _run(args: argparse.Namespace) -> int:
         if not interpreted:
             torch.cuda.synchronize()
 
+    key = kernel.dispatch(n=n)
     paths = {
         "a_tritonkernel": lambda: kernel(x, y, out),
+        "a2_tritonkernel_run_precomputed_key": lambda: kernel.run(
+            key, grid, x, y, out, n, BLOCK=1024
+        ),
         "b_bare_fn_grid": lambda: add_kernel[grid](x, y, out, n, BLOCK=1024),
         "c_dispatch_dict_fn_grid": lambda: vllm_style(x, y, out),
     }
@@ -171,14 +176,15 @@ def _run(args: argparse.Namespace) -> int:
     print(f"vector add of {n} fp32, grid {grid}, {args.iters} launches x {args.runs} runs (median)")
     print(f"executor: {executor!r}; warmup: {report.entries[0].status}")
     print()
-    print(f"{'launch path':<38} {'us/call':>9} {'vs bare':>8}")
+    print(f"{'launch path':<42} {'us/call':>9} {'vs bare':>8}")
     labels = {
         "a_tritonkernel": "(a) warmed TritonKernel call",
+        "a2_tritonkernel_run_precomputed_key": "(a') kernel.run(key, ...), key precomputed",
         "b_bare_fn_grid": "(b) bare fn[grid](...)",
         "c_dispatch_dict_fn_grid": "(c) dispatch + dict lookup + fn[grid]",
     }
     for k, label in labels.items():
-        print(f"{label:<38} {med[k]:>9.2f} {ratios[k]:>7.2f}x")
+        print(f"{label:<42} {med[k]:>9.2f} {ratios[k]:>7.2f}x")
     if args.tiny:
         print("\n(--tiny: a smoke run; these numbers are not a measurement)")
     result = {

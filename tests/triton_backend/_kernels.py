@@ -100,7 +100,10 @@ class ScaleRows(TritonKernel):
         key = self.dispatch(
             dtype=str(x.dtype).removeprefix("torch."), n_cols=x.shape[1], stride=x.stride(0)
         )
-        return self.run(key, (x.shape[0],), *self._args(x, out, scale), BLOCK_N=key.block_n)
+        n_cols, stride = x.shape[1], x.stride(0)
+        return self.run(
+            key, (x.shape[0],), x, out, n_cols, stride, out.stride(0), scale, BLOCK_N=key.block_n
+        )
 
 
 ALL = (Add, ScaleRows)
