@@ -66,6 +66,7 @@ def test_device_warmup_leaves_zero_hook_events_and_first_call_is_steady(tmp_path
         assert set(result["statuses"]) == {"compiled"}
         assert result["hook_events"] == [], result["hook_events"]
         assert result["monitor_events"] == []
+        assert all(result["correct"]), result["correct"]
         table(f"device warmup, TritonKernel calls (Triton {result['triton']})", result["latency"])
     summary = summarize(runs)
     table("device warmup, TritonKernel calls: per-variant median over the 3 processes", summary)
