@@ -262,6 +262,21 @@ def loaded_backends() -> list[Backend]:
         return list(_backends.values())
 
 
+def load_backends_of_imported_dsls() -> None:
+    """Load each allowed backend whose name is an imported module (``triton`` ...), quietly.
+
+    The monitor calls this when armed, so that a process launching raw
+    ``@triton.jit`` kernels is watched even if its warmup plan had no Triton
+    kernel; a backend whose DSL was never imported stays unloaded.
+    """
+    for info in discover(BACKENDS_GROUP):
+        if info.name in sys.modules and info.name not in _backends:
+            try:
+                get_backend(info.name)
+            except Exception as exc:  # noqa: BLE001 -- arming must not fail on a broken plugin
+                logger.debug("backend %s not loaded for the monitor: %s", info.name, exc)
+
+
 def load_kernel(ref: str) -> type:
     """The ``JitKernel`` class for a ``warmkit.kernels`` entry-point name or a ``module:attr`` path.
 

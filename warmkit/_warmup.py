@@ -497,6 +497,9 @@ def _prepare_backend(
             name, status.reason, kernel=kernel_name, install_hint=status.install_hint
         )
     device = backend.default_target()
+    canonical = getattr(backend, "canonical_target", None)
+    if target is not None and canonical is not None:
+        target = canonical(target)  # "sm_90" and "cuda:90" are one target
     if target is not None and target == device:
         target = None  # the local device: share the runtime's executor cache
     # With no device and no target, the backend's compile() says what to do: only it

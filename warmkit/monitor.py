@@ -112,6 +112,9 @@ def arm(mode: str = "warn") -> None:
     with _lock:
         _mode = mode
         _warned.clear()
+    from ._plugins import load_backends_of_imported_dsls
+
+    load_backends_of_imported_dsls()
     for backend in _backends():
         backend.install_monitor()
     logger.debug("monitor armed: %s", mode)

@@ -357,6 +357,32 @@ def test_target_equal_to_the_local_device_shares_the_runtime_cache(fake_backend)
     assert monitor.events() == ()
 
 
+def test_a_target_spelled_otherwise_is_canonicalised_by_the_backend(fake_backend, monkeypatch):
+    # "CPU" is another spelling of the fake device "cpu": the backend says so.
+    monkeypatch.setattr(FakeBackend, "canonical_target", lambda self, t: t.lower(), raising=False)
+    warmkit.warmup(cfg(target="CPU"), reg_of((ScaleKernel, {"n": [1]})))
+    assert {t for _n, _k, t in _kernels.COMPILES} == {None}
+
+
+def test_arming_loads_the_backend_of_an_already_imported_dsl(plugin_site, monkeypatch):
+    # A process launching raw kernels of an imported DSL is watched even if its plan had
+    # none of that backend's kernels; a backend whose DSL was never imported stays unloaded.
+    plugin_site.add_module("wkdsl", "")
+    plugin_site.add_module("wkdsl_backend", f"from {_kernels.__name__} import FakeBackend as B\n")
+    plugin_site.add_module("wkother_backend", f"from {_kernels.__name__} import FakeBackend as B\n")
+    plugin_site.add_dist(
+        "wkdsl-backend",
+        "1.0",
+        backends={"wkdsl": "wkdsl_backend:B", "wkother": "wkother_backend:B"},
+    )
+    import wkdsl  # noqa: F401 -- the DSL is imported
+
+    monitor.arm("warn")
+    assert "wkdsl" in plugins._backends
+    assert "wkother" not in plugins._backends and "wkother_backend" not in sys.modules
+    assert "install" in FakeBackend.monitor_calls
+
+
 # -- progress and logs ---------------------------------------------------------------------
 
 

@@ -207,6 +207,14 @@ class TritonBackend:
             return f"cuda:{target.arch}"
         return f"{target.backend}:{target.arch}"
 
+    def canonical_target(self, target: str) -> str:
+        """The canonical spelling of a target (``"sm_90"`` -> ``"cuda:90"``), as ``default_target`` gives it.
+
+        Raises:
+            ValueError: an unknown target string.
+        """
+        return str(parse_target(target))
+
     def parallelism(self, target: str | None) -> int:
         """Compiles worth running at once: one per CPU core (Triton releases the GIL), at most 32."""
         return max(1, min(os.cpu_count() or 1, 32))

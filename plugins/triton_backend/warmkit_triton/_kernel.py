@@ -171,7 +171,11 @@ class TritonKernel(JitKernel[K]):
                 monitor is in ``"error"`` mode.
             TypeError: the arguments do not match ``fn``'s parameters.
         """
-        return self.get_or_compile(key)(grid, *args, **kwargs)
+        try:  # the hot path: one dict lookup, no call into get_or_compile
+            executor = self._warmkit_executors[key]
+        except (KeyError, AttributeError):
+            executor = self.get_or_compile(key)
+        return executor(grid, *args, **kwargs)
 
     def compile(self, key: K) -> Any:
         """Compile ``key`` through the ``triton`` backend (see ``JitKernel.compile``)."""
