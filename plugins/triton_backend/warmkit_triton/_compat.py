@@ -61,8 +61,14 @@ def _import_triton() -> ModuleType:
         raise TritonNotInstalledError(f"Triton is not installed ({exc})") from exc
 
 
+_key_cache_done = False
+
+
 def require_triton() -> ModuleType:
     """Import and return ``triton``, checking the version.
+
+    The first successful call also installs the cross-process cache of
+    ``triton_key()`` (``_keycache``; off with ``WARMKIT_TRITON_KEY_CACHE=0``).
 
     Raises:
         TritonNotInstalledError: Triton cannot be imported, or is older than 3.6.
@@ -75,6 +81,12 @@ def require_triton() -> ModuleType:
             f"{MIN_TRITON[0]}.{MIN_TRITON[1]}",
             found=version,
         )
+    global _key_cache_done
+    if not _key_cache_done:
+        _key_cache_done = True
+        from . import _keycache
+
+        _keycache.install()  # a warm restart skips hashing libtriton.so again
     return triton
 
 
