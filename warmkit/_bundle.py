@@ -118,6 +118,9 @@ def build_bundle(
         if b not in backends:
             backends[b] = _bundle_backend(b, kernel=name)
 
+    # Before compiling anything: an unknown target is a ValueError (a usage error), not
+    # a failed key per compile.
+    fingerprints = {b: backend.cache_fingerprint(target) for b, backend in backends.items()}
     out = Path(out)
     with tempfile.TemporaryDirectory(prefix="warmkit-bundle-") as tmp:
         roots = {b: Path(tmp, b) for b in backends}
@@ -160,7 +163,7 @@ def build_bundle(
                     backend=b,
                 )
             meta["backends"][b] = {
-                "fingerprint": backend.cache_fingerprint(target),
+                "fingerprint": fingerprints[b],
                 "entries": entries,
             }
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -196,6 +199,8 @@ def _read_meta(tar: tarfile.TarFile, path: Path) -> dict[str, Any]:
         raise BundleError(f"not a warmkit bundle ({exc})", path=path) from exc
     if not isinstance(meta, dict) or meta.get("format") != BUNDLE_FORMAT:
         raise BundleError("not a warmkit bundle (bad bundle.json)", path=path)
+    if not isinstance(meta.get("backends"), dict):
+        raise BundleError("not a warmkit bundle (bundle.json lists no backends)", path=path)
     if meta.get("version") != BUNDLE_VERSION:
         raise BundleError(
             f"bundle version {meta.get('version')!r} is not supported (this warmkit reads "
@@ -301,22 +306,29 @@ def install_bundle(
     directories: dict[str, str] = {}
     with _open(path) as (tar, meta, p):
         target = meta.get("target")
+        # Check every backend's fingerprint, then verify every file of every backend,
+        # and only then publish: a refusal anywhere installs nothing of the bundle.
+        plans = []
         for name, info in meta["backends"].items():
             backend = _bundle_backend(name)
             _check_fingerprint(name, info["fingerprint"], backend.cache_fingerprint(target), p)
             dest = Path((cache_dirs or {}).get(name) or backend.cache_dir())
-            dest.mkdir(parents=True, exist_ok=True)
-            directories[name] = str(dest)
-            expected = {e["path"]: e for e in info["entries"]}
-            staging = Path(tempfile.mkdtemp(prefix=".warmkit-staging-", dir=dest))
-            try:
-                _extract_verified(tar, name, expected, staging, p)
+            plans.append((name, backend, dest, {e["path"]: e for e in info["entries"]}))
+        stagings: list[Path] = []
+        try:
+            for name, _backend, dest, expected in plans:
+                dest.mkdir(parents=True, exist_ok=True)
+                directories[name] = str(dest)
+                stagings.append(Path(tempfile.mkdtemp(prefix=".warmkit-staging-", dir=dest)))
+                _extract_verified(tar, name, expected, stagings[-1], p)
+            for (name, backend, dest, expected), staging in zip(plans, stagings):
                 for entry in sorted({PurePosixPath(r).parts[0] for r in expected}):
                     outcome = _publish(backend, staging / entry, dest / entry, expected, entry)
                     {"installed": installed, "present": present, "replaced": replaced}[
                         outcome
                     ].append(f"{name}/{entry}")
-            finally:
+        finally:
+            for staging in stagings:
                 shutil.rmtree(staging, ignore_errors=True)
     logger.info(
         "bundle %s: %d entr(ies) installed, %d already present, %d replaced",
@@ -405,6 +417,11 @@ def _publish(backend: Any, staged: Path, final: Path, expected: dict[str, Any], 
 
 
 def _same(a: Path, b: Path) -> bool:
-    fa = sorted(p.relative_to(a).as_posix() for p in a.rglob("*") if p.is_file())
-    fb = sorted(p.relative_to(b).as_posix() for p in b.rglob("*") if p.is_file())
-    return fa == fb and all(_sha256(a / f) == _sha256(b / f) for f in fa)
+    try:
+        fa = sorted(p.relative_to(a).as_posix() for p in a.rglob("*") if p.is_file())
+        fb = sorted(p.relative_to(b).as_posix() for p in b.rglob("*") if p.is_file())
+        return fa == fb and all(_sha256(a / f) == _sha256(b / f) for f in fa)
+    except OSError:
+        # ``a`` is being swapped out by a concurrent installer: not the same; the
+        # replace path that follows tolerates the race.
+        return False
