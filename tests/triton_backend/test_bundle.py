@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 import tarfile
+import time
 from pathlib import Path
 
 import pytest
@@ -251,20 +252,46 @@ def test_a_truncated_but_well_formed_gzip_is_refused(built, tmp_path):
 # -- concurrency -------------------------------------------------------------------------------
 
 
-def test_concurrent_installs_all_succeed_and_leave_a_correct_cache(built, tmp_path):
+_RACER = """
+import pathlib, sys, time
+from warmkit import _plugins
+from warmkit._cli import main
+_plugins.get_backend("triton").cache_fingerprint("cuda:90")  # imports and triton_key done
+ready, go = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
+ready.touch()
+while not go.exists():
+    time.sleep(0.001)
+sys.exit(main(["bundle", "install", sys.argv[3], "--json"]))
+"""
+
+
+@pytest.mark.parametrize("stale", [False, True], ids=["empty-cache", "stale-entry"])
+def test_concurrent_installs_all_succeed_and_leave_a_correct_cache(built, tmp_path, stale):
+    """4 processes, released at the same instant, install one bundle into one directory."""
     manifest, bundle, _ = built
     dest = tmp_path / "shared-cache"
+    if stale:  # one entry half-written (e.g. by a crashed compile): every installer replaces it
+        warmkit.install_bundle(bundle, cache_dirs={"triton": dest})
+        victim = dest / min(entries(dest))
+        for f in victim.iterdir():
+            f.write_bytes(f.read_bytes()[: f.stat().st_size // 2])
+    go = tmp_path / "go"
     procs = [
         subprocess.Popen(
-            [sys.executable, "-m", "warmkit", "bundle", "install", str(bundle), "--json"],
+            [sys.executable, "-c", _RACER, str(tmp_path / f"ready{i}"), str(go), str(bundle)],
             env=_env(dest),
             cwd=REPO,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
         )
-        for _ in range(4)
+        for i in range(4)
     ]
+    deadline = time.monotonic() + 120
+    while not all((tmp_path / f"ready{i}").exists() for i in range(4)):
+        assert time.monotonic() < deadline and all(p.poll() is None for p in procs)
+        time.sleep(0.01)
+    go.touch()
     results = []
     for p in procs:
         out, err = p.communicate(timeout=300)
@@ -272,7 +299,8 @@ def test_concurrent_installs_all_succeed_and_leave_a_correct_cache(built, tmp_pa
         results.append(json.loads(out))
     for r in results:
         assert r["installed"] + r["present"] + r["replaced"] == N_KEYS
-    assert sum(r["installed"] for r in results) >= N_KEYS - sum(r["replaced"] for r in results)
+    if not stale:
+        assert sum(r["installed"] for r in results) >= 1
     assert len(entries(dest)) == N_KEYS
     assert not [p for p in dest.iterdir() if p.name.startswith(".")]  # no staging, no trash
     assert check_aot_cache(dest) == []
