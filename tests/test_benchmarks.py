@@ -1,0 +1,79 @@
+"""Every script in benchmarks/ runs with --tiny, exits 0 and writes valid JSON with --out (none may rot)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH = ROOT / "benchmarks"
+#: scripts that are benchmarks (not helpers); a new script must be added here
+SCRIPTS = [
+    "planning.py",
+    "import_time.py",
+    "launch_overhead.py",
+    "slot_mapping_throughput.py",
+    "startup.py",
+    "first_launch.py",
+]
+#: not benchmarks: shared helpers and workloads (synthetic_kernels.py has its own check below)
+HELPERS = {"_common.py", "synthetic_kernels.py"}
+
+
+def test_every_script_is_smoke_tested():
+    assert {p.name for p in BENCH.glob("*.py")} - HELPERS == set(SCRIPTS)
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_tiny_run_writes_json(script, tmp_path):
+    out = tmp_path / "result.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WARMKIT_")}
+    env["TRITON_CACHE_DIR"] = str(tmp_path / "triton-cache")
+    env["XDG_CACHE_HOME"] = str(tmp_path / "xdg")
+    proc = subprocess.run(
+        [sys.executable, str(BENCH / script), "--tiny", "--out", str(out)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert proc.returncode == 0, f"{script}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    doc = json.loads(out.read_text())
+    assert isinstance(doc, dict) and doc
+    if "benchmark" in doc:  # written by _common.emit
+        assert doc["machine"]["python"] and "results" in doc
+
+
+def test_synthetic_manifest_has_32_distinct_triton_keys(tmp_path):
+    """32 warmkit keys that are 32 distinct Triton cache entries (hashes of a real AOT compile are not
+    needed: the launch options and constexprs differ per key, and they are part of Triton's key)."""
+    proc = subprocess.run(
+        [sys.executable, str(BENCH / "synthetic_kernels.py"), "--out", str(tmp_path / "m.json")],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert "32 keys" in proc.stdout
+    sys.path.insert(0, str(BENCH))
+    try:
+        import synthetic_kernels as sk
+    finally:
+        sys.path.remove(str(BENCH))
+    kernel = sk.BlockedMatmul()
+    keys = sk.registry().plan()[kernel.name]
+    triton_keys = set()
+    for key in keys:
+        args, kwargs = kernel.warmup_args(key)
+        dtypes = tuple(str(a.dtype) for a in args[:3])
+        opts = kernel.launch_options(key)
+        triton_keys.add((dtypes, tuple(sorted(kwargs.items())), tuple(sorted(opts.items()))))
+    assert len(keys) == 32 and len(triton_keys) == 32
