@@ -81,7 +81,7 @@ def child(argv: list[str]) -> int:
     seen: list[bool] = []
     knobs.compilation.listener = lambda **kw: seen.append(bool(kw["cache_hit"]))
     require_triton()  # what warmup does first; installs the cached triton_key()
-    key_s = [0.0]
+    spans: list[tuple[float, float]] = []  # (start, end) of every call, from any thread
     inner = tc.triton_key
 
     def timed_triton_key() -> str:
@@ -89,7 +89,7 @@ def child(argv: list[str]) -> int:
         try:
             return inner()
         finally:
-            key_s[0] += time.perf_counter() - s
+            spans.append((s, time.perf_counter()))
 
     tc.triton_key = timed_triton_key
     report = warmkit.warmup(
@@ -108,12 +108,21 @@ def child(argv: list[str]) -> int:
         "disk_hits": seen.count(True),
         "import_torch_s": t_torch - t0,
         "import_load_s": t_load - t_torch,
-        "triton_key_s": key_s[0],
+        "triton_key_s": _union(spans),  # wall time with some thread inside triton_key()
         "key_cache": _keycache.outcome(),
         "effective_target": report.target,
     }
     print(MARK + json.dumps(out), flush=True)
     return 0 if report.ok else 1
+
+
+def _union(spans: list[tuple[float, float]]) -> float:
+    total, end = 0.0, float("-inf")
+    for a, b in sorted(spans):
+        if b > end:
+            total += b - max(a, end)
+            end = b
+    return total
 
 
 # -- the parent -------------------------------------------------------------------------------
@@ -264,13 +273,23 @@ def bench_workload(
             "wall_s": st([x["wall_s"] for x in b1[n]]),
             "speedup": st([a / x["warmup_s"] for a, x in zip(t1, b1[n])]),
             "wall_speedup": st([a["wall_s"] / x["wall_s"] for a, x in zip(b1[jobs[0]], b1[n])]),
-            "goal_speedup": round(0.6 * n, 2) if n <= 8 else None,
+            # the one-time serial sha256 of libtriton.so (empty key cache) taken out of both
+            "speedup_without_triton_key": st(
+                [
+                    (a["warmup_s"] - a["triton_key_s"]) / (x["warmup_s"] - x["triton_key_s"])
+                    for a, x in zip(b1[jobs[0]], b1[n])
+                ]
+            ),
+            "triton_key_s": st([x["triton_key_s"] for x in b1[n]]),
+            "goal_speedup": goal_speedup(n),
             "compiles": [x["compiles"] for x in b1[n]],
             "statuses": b1[n][0]["statuses"],
         }
-    # B2 breakdown, per run: the first key carries the process's one-time costs
-    firsts = [x["entry_s"][0] - x["triton_key_s"] for x in b2]
+    # B2 breakdown, per run (jobs=1, so the keys' times add up): the first key carries the
+    # process's one-time costs; planning and backend setup happen outside the keys
     rest = [statistics.median(x["entry_s"][1:]) if len(x["entry_s"]) > 1 else 0.0 for x in b2]
+    firsts = [x["entry_s"][0] - x["triton_key_s"] - r for x, r in zip(b2, rest)]
+    outside = [x["warmup_s"] - sum(x["entry_s"]) for x in b2]
     res["B2"] = {
         "warmup_s": st([x["warmup_s"] for x in b2]),
         "wall_s": st([x["wall_s"] for x in b2]),
@@ -278,6 +297,7 @@ def bench_workload(
         "per_key_s": st([x["warmup_s"] / keys for x in b2]),
         "steady_disk_hit_s": st(rest),
         "first_key_one_time_s": st(firsts),
+        "outside_keys_s": st(outside),
         "triton_key_s": st([x["triton_key_s"] for x in b2]),
         "import_and_load_s": st([x["import_torch_s"] + x["import_load_s"] for x in b2]),
         "key_cache": sorted({str(x["key_cache"]) for x in b2}),
@@ -303,10 +323,19 @@ def bench_workload(
     return res
 
 
+def goal_speedup(n: int) -> float | None:
+    """The issue's B1 goal: >= 1.6 at N = 2 on the 2-core box, else >= 0.6 N up to N = 8."""
+    if n == 2 and (os.cpu_count() or 1) <= 2:
+        return 1.6
+    return round(0.6 * n, 2) if n <= 8 else None
+
+
 def dominant(res: dict[str, Any]) -> str:
     b2 = res["B2"]
     keys = res["keys"]
     parts = {
+        "planning and backend setup outside the keys (Triton's specializer imports "
+        "triton.experimental.gluon on its first call)": b2["outside_keys_s"]["median"],
         "triton_key()": b2["triton_key_s"]["median"],
         "the first key's one-time costs (lazy Triton imports, ptxas --version, "
         "kernel source parsing)": b2["first_key_one_time_s"]["median"],
@@ -340,11 +369,20 @@ def render(results: dict[str, Any]) -> str:
                     fmt(b["warmup_s"]),
                     fmt(b["wall_s"]),
                     fmt(b["speedup"], digits=2),
+                    fmt(b["speedup_without_triton_key"], digits=2),
                     f">= {goal}" if n != results["jobs"][0] and goal else "",
                     met,
                 )
             )
-    head = ("cold warmup", "in-process s", "subprocess wall s", "speedup", "goal", "met")
+    head = (
+        "cold warmup",
+        "in-process s",
+        "subprocess wall s",
+        "speedup",
+        "w/o triton_key",
+        "goal",
+        "met",
+    )
     lines.append(table(rows, head))
     rows = []
     for name, w in results["workloads"].items():
@@ -386,6 +424,11 @@ def render(results: dict[str, Any]) -> str:
     head = ("warm", "in-process s", "subprocess wall s", "vs", "cost", "goal", "met")
     lines.append("")
     lines.append(table(rows, head))
+    lines.append(
+        "B1 speedup = t(jobs=1) / t(jobs=N) per run, median (min-max); 'w/o triton_key' takes "
+        "the one-time sha256 of libtriton.so (serial, ~0.3 s, paid once per machine: the key "
+        "cache is empty in every cold run) out of both."
+    )
     for name, w in results["workloads"].items():
         b2, b3 = w["B2"], w["B3"]
         lines.append(

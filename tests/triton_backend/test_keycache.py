@@ -144,3 +144,26 @@ def test_opt_out(tmp_path):
     res = _child({"XDG_CACHE_HOME": str(tmp_path / "xdg"), _keycache.ENV: "0"})
     assert res == res | {"outcome": None, "patched": False, "equal": True}
     assert not (tmp_path / "xdg" / "warmkit").exists()
+
+
+def test_threads_asking_at_once_hash_once(monkeypatch):
+    """Parallel compile threads on a cold start: one computation, the others wait for it."""
+    import threading
+    import time
+
+    calls: list[int] = []
+
+    def slow(original, tc_module):
+        calls.append(1)
+        time.sleep(0.2)
+        return "the-key"
+
+    monkeypatch.setattr(_keycache, "_compute", slow)
+    fn = _keycache._make_cached(lambda: "the-key", tc)
+    got: list[str] = []
+    threads = [threading.Thread(target=lambda: got.append(fn())) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert got == ["the-key"] * 8 and calls == [1]

@@ -27,7 +27,6 @@ value is therefore always Triton's own.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import logging
@@ -142,20 +141,36 @@ def uninstall() -> None:
 
 
 def _make_cached(original: Callable[[], str], tc: Any) -> Callable[[], str]:
-    @functools.cache
+    done: list[str] = []
+    once = threading.Lock()
+
     def triton_key() -> str:
-        global _outcome
-        try:
-            value, _outcome = _cached_key(original, tc)
-        except Exception as exc:
-            logger.debug("triton_key cache failed (%s); using Triton's own", exc, exc_info=True)
-            _outcome = "error"
-            return original()
-        return value
+        """Triton's ``triton_key()``, computed once per process even when threads ask at once.
+
+        (Triton's own ``lru_cache`` lets parallel compile threads hash
+        ``libtriton.so`` once each on a cold start.)
+        """
+        if done:
+            return done[0]
+        with once:
+            if not done:
+                done.append(_compute(original, tc))
+        return done[0]
 
     setattr(triton_key, _MARK, True)
     triton_key.__wrapped_original__ = original  # type: ignore[attr-defined]
     return triton_key
+
+
+def _compute(original: Callable[[], str], tc: Any) -> str:
+    global _outcome
+    try:
+        value, _outcome = _cached_key(original, tc)
+    except Exception as exc:
+        logger.debug("triton_key cache failed (%s); using Triton's own", exc, exc_info=True)
+        _outcome = "error"
+        return original()
+    return value
 
 
 def _libtriton(tc: Any) -> Path:
