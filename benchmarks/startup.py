@@ -1,15 +1,17 @@
 """B1-B3: cold warmup (jobs=1 vs N), warm restart, and a bundle built without a GPU.
 
-    python benchmarks/startup.py [--jobs 1,2,4,8] [--runs 5] [--target cuda:90]
-                                 [--workloads demo,synthetic] [--out startup.json] [--tiny]
+    python benchmarks/startup.py [--jobs 1,2,4,8] [--runs 5] [--warm-runs N] [--no-contrast]
+                                 [--target cuda:90] [--workloads demo,synthetic]
+                                 [--out startup.json] [--tiny]
 
 Two workloads: ``demo``, the manifest of ``examples/serve.py`` (built the way
 the demo builds its block tables), and ``synthetic``, the 32-key blocked
 matmul of ``synthetic_kernels.py``. Every warmup runs in a fresh subprocess
-(``startup.py --child``) that imports torch first (a serving process has it
-loaded), loads the manifest, then times ``warmkit.warmup`` in process; the
-subprocess wall time is reported too. Triton's compile listener counts real
-compiles and disk hits in each child.
+(``startup.py --child``) that imports torch first and, with a GPU, creates its
+CUDA context (a serving process has both before it warms up), loads the
+manifest, then times ``warmkit.warmup`` in process; the subprocess wall time
+is reported too. Triton's compile listener counts real compiles and disk hits
+in each child. N larger than a workload's key count is not measured.
 
 * **B1** cold: for each run, for each N of ``--jobs``: an empty
   ``TRITON_CACHE_DIR`` and an empty warmkit key cache (``XDG_CACHE_HOME``), so
@@ -22,7 +24,8 @@ compiles and disk hits in each child.
   per-key cost, and a breakdown (``triton_key()`` time inside the warmup, the
   first key's one-time cost, the steady per-key disk hit) that names what
   dominates. The same with ``WARMKIT_TRITON_KEY_CACHE=0`` shows what the
-  cached ``triton_key()`` saves.
+  cached ``triton_key()`` saves (``--no-contrast`` skips it). B2 and B3 run
+  in the first ``--warm-runs`` runs (default: all).
 * **B3** bundle: built once with ``CUDA_VISIBLE_DEVICES=""`` for the target,
   installed (``warmkit bundle install``, timed) into a fresh cache at another
   path, then warmed up in a new process (GPU visible when there is one).
@@ -64,8 +67,15 @@ def child(argv: list[str]) -> int:
     p.add_argument("--jobs", type=int, default=1)
     a = p.parse_args(argv)
     t0 = time.perf_counter()
+    cuda_init_s = 0.0
     try:
-        import torch  # noqa: F401 -- a serving process has it loaded before warming up
+        import torch  # a serving process has it loaded (and its CUDA context) before warming up
+
+        if torch.cuda.is_available():
+            s = time.perf_counter()
+            torch.zeros(1, device="cuda")
+            torch.cuda.synchronize()
+            cuda_init_s = time.perf_counter() - s
     except ImportError:
         pass
     t_torch = time.perf_counter()
@@ -107,6 +117,7 @@ def child(argv: list[str]) -> int:
         "compiles": seen.count(False),
         "disk_hits": seen.count(True),
         "import_torch_s": t_torch - t0,
+        "cuda_init_s": cuda_init_s,
         "import_load_s": t_load - t_torch,
         "triton_key_s": _union(spans),  # wall time with some thread inside triton_key()
         "key_cache": _keycache.outcome(),
@@ -203,6 +214,12 @@ def run_cli(argv: list[str], env: dict[str, str]) -> tuple[dict[str, Any], float
     return json.loads(proc.stdout), wall
 
 
+def _load(manifest: Path) -> Any:
+    import warmkit
+
+    return warmkit.WarmupRegistry.load(manifest)
+
+
 def st(samples: list[float]) -> dict[str, float]:
     return {
         "median": statistics.median(samples),
@@ -222,7 +239,12 @@ def fmt(s: dict[str, float], scale: float = 1.0, digits: int = 3) -> str:
 def bench_workload(
     name: str, manifest: Path, args: argparse.Namespace, scratch: Path
 ) -> dict[str, Any]:
-    jobs, target, runs = args.jobs, args.target, args.runs
+    target, runs = args.target, args.runs
+    warm_runs = min(args.warm_runs or runs, runs)
+    n_keys = sum(len(k) for k in _load(manifest).plan().values())
+    jobs = [n for n in args.jobs if n <= max(n_keys, 1)] or [1]
+    if len(jobs) < len(args.jobs):
+        print(f"  {name}: {n_keys} keys, so jobs > {n_keys} are not measured", flush=True)
     b1: dict[int, list[dict[str, Any]]] = {n: [] for n in jobs}
     b2: list[dict[str, Any]] = []
     b2_off: list[dict[str, Any]] = []
@@ -246,11 +268,18 @@ def bench_workload(
                 f"  {name} run {r + 1}/{runs} B1 jobs={n}: {b1[n][-1]['warmup_s']:.3f} s",
                 flush=True,
             )
+        for n in jobs[1:]:  # keep the disk use small: only jobs=1's cache is used again (B2)
+            shutil.rmtree(scratch / f"{tag}-cold{n}", ignore_errors=True)
+        if r >= warm_runs:
+            continue
         warm_cache, warm_xdg = scratch / f"{tag}-cold{jobs[0]}", scratch / f"{tag}-xdg{jobs[0]}"
         b2.append(run_child(manifest, target, 1, _env(warm_cache, warm_xdg)))
-        b2_off.append(
-            run_child(manifest, target, 1, _env(warm_cache, warm_xdg, WARMKIT_TRITON_KEY_CACHE="0"))
-        )
+        if not args.no_contrast:
+            b2_off.append(
+                run_child(
+                    manifest, target, 1, _env(warm_cache, warm_xdg, WARMKIT_TRITON_KEY_CACHE="0")
+                )
+            )
         dest = scratch / f"{tag}-installed" / "elsewhere"  # another path than the build's
         xdg3 = scratch / f"{tag}-xdg3"
         _summary, wall = run_cli(["bundle", "install", str(bundle)], _env(dest, xdg3))
@@ -261,9 +290,6 @@ def bench_workload(
             f"B3 {b3[-1]['warmup_s']:.3f} s ({b3[-1]['compiles']} compiles)",
             flush=True,
         )
-        for n in jobs:  # keep the disk use small: the cold caches are not needed any more
-            if n != jobs[0]:
-                shutil.rmtree(scratch / f"{tag}-cold{n}", ignore_errors=True)
     keys = b1[jobs[0]][0]["keys"]
     t1 = [x["warmup_s"] for x in b1[jobs[0]]]
     res: dict[str, Any] = {"keys": keys, "manifest": str(manifest), "B1": {}, "B2": {}, "B3": {}}
@@ -306,7 +332,9 @@ def bench_workload(
             "warmup_s": st([x["warmup_s"] for x in b2_off]),
             "triton_key_s": st([x["triton_key_s"] for x in b2_off]),
             "ratio_to_cold": st([x["warmup_s"] / c for x, c in zip(b2_off, t1)]),
-        },
+        }
+        if b2_off
+        else None,
         "goal_ratio": 0.10,
     }
     res["B3"] = {
@@ -399,17 +427,18 @@ def render(results: dict[str, Any]) -> str:
             )
         )
         off = b2["key_cache_off"]
-        rows.append(
-            (
-                f"B2 {name}, WARMKIT_TRITON_KEY_CACHE=0",
-                fmt(off["warmup_s"]),
-                "",
-                fmt(off["ratio_to_cold"], 100, 1) + " %",
-                f"triton_key {off['triton_key_s']['median'] * 1e3:.0f} ms",
-                "",
-                "",
+        if off:
+            rows.append(
+                (
+                    f"B2 {name}, WARMKIT_TRITON_KEY_CACHE=0",
+                    fmt(off["warmup_s"]),
+                    "",
+                    fmt(off["ratio_to_cold"], 100, 1) + " %",
+                    f"triton_key {off['triton_key_s']['median'] * 1e3:.0f} ms",
+                    "",
+                    "",
+                )
             )
-        )
         rows.append(
             (
                 f"B3 {name} bundle (CPU-built)",
@@ -431,11 +460,12 @@ def render(results: dict[str, Any]) -> str:
     )
     for name, w in results["workloads"].items():
         b2, b3 = w["B2"], w["B3"]
+        off = b2["key_cache_off"]
+        without = f"{off['triton_key_s']['median'] * 1e3:.0f} ms without" if off else ""
         lines.append(
             f"{name}: B2 dominated by {b2['dominant']}; triton_key() "
             f"{b2['triton_key_s']['median'] * 1e3:.1f} ms with the key cache "
-            f"({'/'.join(b2['key_cache'])}), "
-            f"{b2['key_cache_off']['triton_key_s']['median'] * 1e3:.0f} ms without; "
+            f"({'/'.join(b2['key_cache'])}) {without}; "
             f"B3 install {fmt(b3['install_wall_s'])} s (subprocess), "
             f"bundle built in {b3['build']['wall_s']:.1f} s with CUDA hidden"
         )
@@ -463,6 +493,17 @@ def main() -> int:
     )
     p.add_argument("--workloads", default="demo,synthetic", help="comma-separated: demo, synthetic")
     p.add_argument("--keep", help="keep the caches and bundles under this directory")
+    p.add_argument(
+        "--warm-runs",
+        type=int,
+        default=None,
+        help="runs of B2 and B3 (default: --runs; fewer saves time on a slow host)",
+    )
+    p.add_argument(
+        "--no-contrast",
+        action="store_true",
+        help="skip the B2 run with WARMKIT_TRITON_KEY_CACHE=0",
+    )
     args = p.parse_args()
     args.jobs = sorted({int(x) for x in str(args.jobs).split(",") if x.strip()})
     if args.tiny:
@@ -487,6 +528,7 @@ def main() -> int:
         "device_mode": args.target == local,
         "jobs": args.jobs,
         "runs": args.runs,
+        "warm_runs": min(args.warm_runs or args.runs, args.runs),
         "tiny": args.tiny,
         "workloads": {},
     }
