@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Everything that needs the H200, in one call of the device tool (docs/benchmarks.md).
+#
+# Here, first:   .venv/bin/pip wheel -q --no-deps -w .whl . plugins/triton_backend plugins/blocktable
+#                (plus stevedore's wheel in .whl/, which the GPU machine lacks)
+# Device call:   bash benchmarks/gpu_session.sh        (carry: .whl)
+#
+# Writes every log and JSON into $OUT/gpu-results.tar.gz and prints a summary.
+set -uo pipefail
+export PYTHONUNBUFFERED=1
+OUT=${OUT:-out/gpu}
+RES=$(mktemp -d)
+mkdir -p "$OUT"
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl || exit 1
+export PYTHONPATH=/tmp/site
+{
+    nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader
+    python3 -c "import sys, torch, triton; print('python', sys.version.split()[0], 'torch', torch.__version__, 'triton', triton.__version__)"
+    nproc
+} > "$RES/machine.txt" 2>&1
+cat "$RES/machine.txt"
+
+step() {  # step NAME TIMEOUT_S COMMAND...: run, keep the log, print its tail, re-pack $OUT
+    local name=$1 limit=$2
+    shift 2
+    local t0=$SECONDS
+    timeout "$limit" "$@" > "$RES/$name.log" 2>&1
+    echo "=== $name: rc=$? in $((SECONDS - t0)) s: $*"
+    tail -n "${TAIL:-18}" "$RES/$name.log"
+    # Re-packed after every step: a call cut short still brings back what finished.
+    tar -czf "$OUT/gpu-results.tar.gz" -C "$RES" .
+}
+
+# Most valuable first; the limits add up to less than one device call (600 s).
+step b4_first_launch 90 python3 benchmarks/first_launch.py --runs 5 --out "$RES/b4.json"
+TAIL=45 step b1_b3_startup 300 python3 benchmarks/startup.py --jobs "${JOBS:-1,2,4,8}" --runs 5 \
+    --warm-runs 3 --no-contrast --out "$RES/b1_b3.json"
+step b5_launch 60 python3 benchmarks/launch_overhead.py --out "$RES/b5.json"
+step b8_demo 60 python3 examples/serve.py --steps 1000 --json "$RES/b8.json"
+step gpu_tests 80 python3 -m pytest -q -p no:cacheprovider -rs \
+    tests/triton_backend/test_gpu.py tests/blocktable/test_gpu.py
+echo "results: $OUT/gpu-results.tar.gz"
