@@ -3,7 +3,8 @@
 #
 # Here, first:   .venv/bin/pip wheel -q --no-deps -w .whl . plugins/triton_backend plugins/blocktable
 #                (plus stevedore's wheel in .whl/, which the GPU machine lacks)
-# Device call:   bash benchmarks/gpu_session.sh        (carry: .whl)
+# Device calls:  bash benchmarks/gpu_session.sh            (carry: .whl) B4, B5, B8 and the GPU tests
+#                bash benchmarks/gpu_session.sh startup    (carry: .whl) B1-B3: ~7 min on the H200 host
 #
 # Writes every log and JSON into $OUT/gpu-results.tar.gz and prints a summary.
 set -uo pipefail
@@ -32,12 +33,15 @@ step() {  # step NAME TIMEOUT_S COMMAND...: run, keep the log, print its tail, r
     tar -czf "$OUT/gpu-results.tar.gz" -C "$RES" .
 }
 
-# Most valuable first; the limits add up to less than one device call (600 s).
-step b4_first_launch 90 python3 benchmarks/first_launch.py --runs 5 --out "$RES/b4.json"
-TAIL=45 step b1_b3_startup 300 python3 benchmarks/startup.py --jobs "${JOBS:-1,2,4,8}" --runs 5 \
-    --warm-runs 3 --no-contrast --out "$RES/b1_b3.json"
-step b5_launch 60 python3 benchmarks/launch_overhead.py --out "$RES/b5.json"
-step b8_demo 60 python3 examples/serve.py --steps 1000 --json "$RES/b8.json"
-step gpu_tests 80 python3 -m pytest -q -p no:cacheprovider -rs \
-    tests/triton_backend/test_gpu.py tests/blocktable/test_gpu.py
+if [ "${1:-}" = startup ]; then
+    # ~65 fresh processes, each importing torch: it needs a device call of its own.
+    TAIL=45 step b1_b3_startup 570 python3 benchmarks/startup.py --jobs "${JOBS:-1,2,4,8}" \
+        --runs 5 --warm-runs 3 --no-contrast --out "$RES/b1_b3.json"
+else
+    step b4_first_launch 120 python3 benchmarks/first_launch.py --runs 5 --out "$RES/b4.json"
+    step b5_launch 60 python3 benchmarks/launch_overhead.py --out "$RES/b5.json"
+    step b8_demo 60 python3 examples/serve.py --steps 1000 --json "$RES/b8.json"
+    step gpu_tests 120 python3 -m pytest -q -p no:cacheprovider -rs \
+        tests/triton_backend/test_gpu.py tests/blocktable/test_gpu.py
+fi
 echo "results: $OUT/gpu-results.tar.gz"

@@ -542,6 +542,10 @@ def main() -> int:
             else:
                 p.error(f"unknown workload {w!r}; choose from demo, synthetic")
             results["workloads"][w] = bench_workload(w, manifest, args, scratch)
+            if args.out:  # a run cut short (e.g. a device call's limit) keeps what finished
+                Path(args.out).write_text(
+                    json.dumps({"partial": True, "results": results}, default=str)
+                )
     finally:
         if not args.keep:
             shutil.rmtree(scratch, ignore_errors=True)
