@@ -108,6 +108,17 @@ def test_row_errors(call: object, match: str) -> None:
         call(make())  # type: ignore[operator]
 
 
+def test_failed_row_update_leaves_the_row_unchanged() -> None:
+    bt = make()
+    bt.add_row([1, 2], 0)
+    for bad in (list(range(9)), [-1], [2**31]):
+        with pytest.raises(ValueError):
+            bt.add_row(bad, 0)
+        with pytest.raises(ValueError):
+            bt.append_row(bad + list(range(8)), 0)
+        assert bt.row(0).tolist() == [1, 2]
+
+
 # -- construction errors -------------------------------------------------------------------
 
 

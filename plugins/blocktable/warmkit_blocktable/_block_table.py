@@ -296,8 +296,14 @@ class BlockTable:
             ValueError: as :meth:`append_row`.
         """
         self._check_row(row_idx)
+        filled = int(self.num_blocks_per_row[row_idx])
         self.num_blocks_per_row[row_idx] = 0
-        self.append_row(block_ids, row_idx)
+        try:
+            self.append_row(block_ids, row_idx)
+        except BaseException:
+            # append_row writes nothing before its checks pass: the row is as it was
+            self.num_blocks_per_row[row_idx] = filled
+            raise
 
     def clear_row(self, row_idx: int) -> None:
         """Empty a row.
