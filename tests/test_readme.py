@@ -8,7 +8,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def _readme_commands() -> list[str]:
     text = (ROOT / "README.md").read_text()
-    return re.findall(r"```bash\n(.+?)\n```", text, flags=re.S)[:2]
+    return re.findall(r"```bash\n(.+?)\n```", text, flags=re.DOTALL)[:2]
 
 
 def test_readme_starts_with_install_and_test_commands():
@@ -28,4 +28,4 @@ def test_ci_runs_exactly_the_readme_test_command():
 
 def test_cpu_constraints_pin_cpu_torch():
     pins = (ROOT / "constraints-cpu.txt").read_text()
-    assert re.search(r"^torch==2\.13\.0$", pins, flags=re.M)
+    assert re.search(r"^torch==2\.13\.0$", pins, flags=re.MULTILINE)
