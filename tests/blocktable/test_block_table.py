@@ -355,6 +355,22 @@ def test_multi_group() -> None:
         mg.add_row([[1]], 0)
 
 
+def test_multi_group_failed_row_update_changes_no_group() -> None:
+    mg = MultiGroupBlockTable(
+        block_sizes=[16, 64],
+        max_num_reqs=2,
+        max_model_len=128,
+        max_num_batched_tokens=8,
+        device="cpu",
+    )
+    mg.add_row([[1], [2]], 0)
+    with pytest.raises(ValueError, match="exceed max_num_blocks_per_req"):
+        mg.append_row([[3], [4, 5, 6]], 0)  # the second group holds 2 blocks per row
+    with pytest.raises(ValueError, match="exceed max_num_blocks_per_req"):
+        mg.add_row([[7], [4, 5, 6]], 0)
+    assert [t.row(0).tolist() for t in mg] == [[1], [2]]
+
+
 def test_multi_group_length_mismatch() -> None:
     with pytest.raises(ValueError, match="one entry per KV-cache group"):
         MultiGroupBlockTable(

@@ -16,6 +16,7 @@ same numbers (tests check it).
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import logging
 from collections.abc import Iterator, Sequence
@@ -661,6 +662,21 @@ class MultiGroupBlockTable:
             )
         return block_ids
 
+    @contextlib.contextmanager
+    def _all_or_nothing(self, row_idx: int) -> Iterator[None]:
+        """Restore row ``row_idx`` of every group if an update fails in one."""
+        self.block_tables[0]._check_row(row_idx)
+        saved = [
+            t._rows[row_idx, : int(t.num_blocks_per_row[row_idx])].copy() for t in self.block_tables
+        ]
+        try:
+            yield
+        except BaseException:
+            for table, ids in zip(self.block_tables, saved):
+                table._rows[row_idx, : ids.size] = ids
+                table.num_blocks_per_row[row_idx] = ids.size
+            raise
+
     def append_row(self, block_ids: Sequence[Sequence[int]], row_idx: int) -> None:
         """Append allocation blocks to one row of every group.
 
@@ -671,8 +687,9 @@ class MultiGroupBlockTable:
         Raises:
             ValueError: a wrong number of lists, or as ``BlockTable.append_row``.
         """
-        for table, ids in zip(self.block_tables, self._per_group(block_ids)):
-            table.append_row(ids, row_idx)
+        with self._all_or_nothing(row_idx):
+            for table, ids in zip(self.block_tables, self._per_group(block_ids)):
+                table.append_row(ids, row_idx)
 
     def add_row(self, block_ids: Sequence[Sequence[int]], row_idx: int) -> None:
         """Replace one row of every group.
@@ -684,8 +701,9 @@ class MultiGroupBlockTable:
         Raises:
             ValueError: a wrong number of lists, or as ``BlockTable.add_row``.
         """
-        for table, ids in zip(self.block_tables, self._per_group(block_ids)):
-            table.add_row(ids, row_idx)
+        with self._all_or_nothing(row_idx):
+            for table, ids in zip(self.block_tables, self._per_group(block_ids)):
+                table.add_row(ids, row_idx)
 
     def clear_row(self, row_idx: int) -> None:
         """Empty one row of every group.
