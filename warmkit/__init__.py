@@ -24,7 +24,13 @@ from ._exceptions import (
     WarmupError,
 )
 from ._kernel import JitKernel
-from ._registry import Registration, WarmupRegistry, activate, default_registry
+from ._registry import (
+    Registration,
+    WarmupRegistry,
+    activate,
+    active_registry,
+    default_registry,
+)
 from ._space import Choices, IntRange, ZipGroup, zip_inputs
 from ._warmup import ReportEntry, WarmupConfig, WarmupReport, warmup
 
@@ -55,6 +61,7 @@ __all__ = [
     "ZipGroup",
     "__version__",
     "activate",
+    "active_registry",
     "build_bundle",
     "current_target",
     "default_registry",

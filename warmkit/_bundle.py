@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import errno
 import functools
 import hashlib
 import io
@@ -201,6 +202,22 @@ def _read_meta(tar: tarfile.TarFile, path: Path) -> dict[str, Any]:
         raise BundleError("not a warmkit bundle (bad bundle.json)", path=path)
     if not isinstance(meta.get("backends"), dict):
         raise BundleError("not a warmkit bundle (bundle.json lists no backends)", path=path)
+    for name, info in meta["backends"].items():
+        if not (
+            isinstance(info, dict)
+            and isinstance(info.get("fingerprint"), dict)
+            and isinstance(info.get("entries"), list)
+            and all(
+                isinstance(e, dict) and {"path", "sha256", "size"} <= set(e)
+                for e in info["entries"]
+            )
+        ):
+            raise BundleError(
+                f"bundle.json is malformed: backend {name!r} needs a 'fingerprint' object and "
+                "'entries' of {path, sha256, size}; rebuild the bundle",
+                path=path,
+                backend=name,
+            )
     if meta.get("version") != BUNDLE_VERSION:
         raise BundleError(
             f"bundle version {meta.get('version')!r} is not supported (this warmkit reads "
@@ -404,16 +421,27 @@ def _publish(backend: Any, staged: Path, final: Path, expected: dict[str, Any], 
             pass  # another installer moved it away first
         try:
             os.rename(staged, final)
-        except OSError:
-            pass  # another installer published an entry first; it verified the same bundle
+        except OSError as exc:
+            _raise_unless_published(exc, final, entry)
         shutil.rmtree(trash, ignore_errors=True)
         return "replaced"
     try:
         os.rename(staged, final)
-    except OSError:
-        # Another process published it between our check and rename.
+    except OSError as exc:
+        _raise_unless_published(exc, final, entry)
         return "present"
     return "installed"
+
+
+def _raise_unless_published(exc: OSError, final: Path, entry: str) -> None:
+    """A rename onto an entry another installer published first is fine; anything else is not."""
+    if exc.errno in (errno.ENOTEMPTY, errno.EEXIST) and final.is_dir():
+        return  # that installer verified the same bundle
+    raise BundleError(
+        f"cannot publish cache entry {entry!r} at {final}: {exc.strerror or exc}; entries "
+        "published before it stay (each one is complete and verified)",
+        entry=entry,
+    ) from exc
 
 
 def _same(a: Path, b: Path) -> bool:

@@ -1,8 +1,16 @@
 """The ``warmkit`` command line.
 
-Exit codes: 0 ok, 1 warmup failures, 2 usage errors (bad arguments, an
-unreadable manifest, a missing backend). An error prints one line; ``-v``
-adds the traceback.
+Exit codes:
+
+* 0: ok;
+* 1: something failed while warming up (a compile error, a backend that is
+  missing or cannot compile here: reported per key, with the report), or a
+  bundle was refused (fingerprint mismatch, corruption);
+* 2: usage errors: bad arguments, a manifest or bundle that does not exist or
+  cannot be read, a kernel it names that cannot be loaded, an unknown target
+  for ``bundle build``.
+
+An error prints one line; ``-v`` adds the traceback.
 """
 
 from __future__ import annotations

@@ -20,7 +20,9 @@ def _bool(raw: str) -> bool:
     v = raw.strip().lower()
     if v in ("1", "true", "yes", "on"):
         return True
-    if v in ("0", "false", "no", "off", ""):
+    # An empty value is an error, not "off": a launcher that exports WARMKIT_ENABLED=
+    # by mistake must not silently turn warmup off.
+    if v in ("0", "false", "no", "off"):
         return False
     raise ValueError(f"expected 1/0, true/false, yes/no or on/off, got {raw!r}")
 

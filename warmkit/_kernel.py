@@ -349,9 +349,11 @@ def check_registration(cls: Any, zip_groups: Any, space: Any) -> None:
 def _check_plain(kernel: str, name: str, value: Any, *, allow_space: bool = True) -> None:
     from ._space import Choices, IntRange, ZipGroup
 
-    if isinstance(value, _PLAIN_SCALARS):
+    # Exact types: a subclass (an IntEnum, a str Enum) would come back from a saved
+    # manifest as its plain base and could dispatch differently on replay.
+    if type(value) in _PLAIN_SCALARS:
         return
-    if isinstance(value, tuple):
+    if type(value) is tuple:
         for v in value:
             _check_plain(kernel, name, v, allow_space=False)
         return

@@ -58,7 +58,16 @@ class Registration:
     def kernel_instance(self) -> Any:
         """The registering instance if it is still alive, else a fresh one."""
         inst = self._instance() if self._instance is not None else None
-        return inst if inst is not None else self.kernel_cls()
+        if inst is not None:
+            return inst
+        try:
+            return self.kernel_cls()
+        except Exception as exc:
+            raise TypeError(
+                f"kernel {self.kernel!r}: cannot construct {self.kernel_cls.__qualname__}() to "
+                f"plan its registration ({type(exc).__name__}: {exc}); kernels must be "
+                "constructible with no arguments so that a manifest can be replayed"
+            ) from exc
 
 
 class WarmupRegistry:

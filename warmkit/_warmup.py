@@ -262,11 +262,12 @@ def warmup(config: WarmupConfig | None = None, registry: Any = None) -> WarmupRe
         registry = active_registry() or default_registry()
 
     t_start = time.perf_counter()
+    # Plan first: a registration that cannot be planned fails before anything is installed.
+    plan = registry._resolve()
     if config.bundle is not None:
         from ._bundle import install_bundle
 
         install_bundle(config.bundle)
-    plan = registry._resolve()
     n_keys = sum(len(keys) for _, keys in plan.values())
     jobs = config.jobs or os.cpu_count() or 1
     logger.info(

@@ -203,6 +203,29 @@ def test_groups_sharing_a_geometry_share_one_registration() -> None:
     assert len(reg.plan()[NAME]) == 2
 
 
+def test_a_group_that_fails_leaves_no_group_registered() -> None:
+    registry = warmkit.WarmupRegistry()
+    with registry.activate(), pytest.raises(ValueError):
+        MultiGroupBlockTable(
+            block_sizes=[16, 16],
+            kernel_block_sizes=[None, 5],  # 5 does not divide 16: the second group fails
+            max_num_reqs=4,
+            max_model_len=256,
+            max_num_batched_tokens=64,
+            device="cpu",
+        )
+    assert len(registry) == 0
+    with registry.activate():
+        MultiGroupBlockTable(
+            block_sizes=[16, 64],
+            max_num_reqs=4,
+            max_model_len=256,
+            max_num_batched_tokens=64,
+            device="cpu",
+        )
+    assert len(registry) == 2  # a successful build passes every group on
+
+
 def test_manifest_round_trip(tmp_path: Any) -> None:
     reg = warmkit.WarmupRegistry()
     with reg.activate():

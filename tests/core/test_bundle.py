@@ -375,6 +375,8 @@ def test_truncated_archive_is_refused(site, bundle, tmp_path):
         (lambda d: d.update(format="something.else"), "not a warmkit bundle"),
         (lambda d: d.update(version=99), "version 99 is not supported"),
         (lambda d: d.pop("backends"), "not a warmkit bundle"),
+        (lambda d: next(iter(d["backends"].values())).pop("fingerprint"), "malformed"),
+        (lambda d: next(iter(d["backends"].values()))["entries"][0].pop("sha256"), "malformed"),
     ],
 )
 def test_bad_bundle_json_is_refused(site, bundle, tmp_path, edit, message):
@@ -383,6 +385,17 @@ def test_bad_bundle_json_is_refused(site, bundle, tmp_path, edit, message):
         warmkit.install_bundle(bad)
     with pytest.raises(BundleError, match=message):
         warmkit.inspect_bundle(bad)
+
+
+def test_an_entry_that_cannot_be_published_is_an_error_not_a_success(site, bundle, monkeypatch):
+    import errno as errno_
+
+    def refuse(src, dst):
+        raise PermissionError(errno_.EACCES, "Permission denied")
+
+    monkeypatch.setattr("warmkit._bundle.os.rename", refuse)
+    with pytest.raises(BundleError, match="cannot publish cache entry"):
+        warmkit.install_bundle(bundle)
 
 
 def test_not_a_bundle(site, tmp_path):

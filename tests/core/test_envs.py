@@ -27,7 +27,6 @@ VALID = {
         ("false", False),
         ("no", False),
         ("off", False),
-        ("", False),
     ],
     "WARMKIT_MONITOR": [("off", "off"), ("warn", "warn"), ("ERROR", "error")],
     "WARMKIT_JOBS": [("4", 4), (" 1 ", 1), ("auto", None), ("", None)],
@@ -42,7 +41,7 @@ VALID = {
 }
 
 INVALID = {
-    "WARMKIT_ENABLED": ["maybe", "2"],
+    "WARMKIT_ENABLED": ["maybe", "2", ""],  # empty is a mistake, not "off"
     "WARMKIT_MONITOR": ["loud", ""],
     "WARMKIT_JOBS": ["0", "-2", "many"],
     "WARMKIT_ON_ERROR": ["ignore"],

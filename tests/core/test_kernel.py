@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+import enum
 import logging
 import threading
 import typing
@@ -459,8 +460,28 @@ class TensorLike:
 
 @pytest.mark.parametrize(
     "value",
-    [TensorLike(), object(), {"a": 1}, {1, 2}, b"bytes", (1, [2]), [1, [2]], [TensorLike()]],
-    ids=["tensor", "object", "dict", "set", "bytes", "list-in-tuple", "nested-list", "in-list"],
+    [
+        TensorLike(),
+        object(),
+        {"a": 1},
+        {1, 2},
+        b"bytes",
+        (1, [2]),
+        [1, [2]],
+        [TensorLike()],
+        enum.IntEnum("Mode", "A B").A,
+    ],
+    ids=[
+        "tensor",
+        "object",
+        "dict",
+        "set",
+        "bytes",
+        "list-in-tuple",
+        "nested-list",
+        "in-list",
+        "int-enum",  # a manifest would bring it back as a plain int
+    ],
 )
 def test_register_warmup_rejects_non_plain_values_naming_kernel_and_argument(value, registry):
     with pytest.raises(TypeError) as info:

@@ -41,6 +41,7 @@ PUBLIC = [
     "ZipGroup",
     "__version__",
     "activate",
+    "active_registry",
     "build_bundle",
     "current_target",
     "default_registry",

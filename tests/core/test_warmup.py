@@ -383,6 +383,22 @@ def test_arming_loads_the_backend_of_an_already_imported_dsl(plugin_site, monkey
     assert "install" in FakeBackend.monitor_calls
 
 
+def test_a_kernel_that_cannot_be_built_to_plan_it_is_named_before_any_bundle_install(
+    fake_backend, monkeypatch
+):
+    class NeedsArgs(ScaleKernel):
+        def __init__(self, size):
+            self.size = size
+
+    reg = WarmupRegistry()
+    reg.add(NeedsArgs, n=1)
+    installs = []
+    monkeypatch.setattr("warmkit._bundle.install_bundle", lambda path: installs.append(path))
+    with pytest.raises(TypeError, match=f"{NeedsArgs.name}.*no arguments"):
+        warmkit.warmup(cfg(bundle="kernels.wkb"), reg)
+    assert installs == []
+
+
 # -- progress and logs ---------------------------------------------------------------------
 
 

@@ -25,6 +25,8 @@ from typing import Literal
 import numpy as np
 import torch
 
+import warmkit
+
 from ._jit import compute_slot_mapping_kernel
 from ._kernel import ComputeSlotMappingKernel, get_kernel
 from ._reference import PAD_SLOT_ID, check_geometry, reference_slot_mapping
@@ -626,25 +628,33 @@ class MultiGroupBlockTable:
         _check_int("max_model_len", max_model_len, minimum=1)
         _check_int("dcp_world_size", dcp_world_size, minimum=1)
         self.block_tables: list[BlockTable] = []
-        for block_size, kernel_block_size, mode in zip(block_sizes, kernel_sizes, group_modes):
-            _check_int("block_size", block_size, minimum=1)
-            per_row = -(-max_model_len // (block_size * dcp_world_size))
-            self.block_tables.append(
-                BlockTable(
-                    block_size=block_size,
-                    kernel_block_size=kernel_block_size,
-                    max_num_reqs=max_num_reqs,
-                    max_num_blocks_per_req=per_row,
-                    max_num_batched_tokens=max_num_batched_tokens,
-                    device=device,
-                    dcp_world_size=dcp_world_size,
-                    dcp_rank=dcp_rank,
-                    cp_kv_cache_interleave_size=cp_kv_cache_interleave_size,
-                    mode=mode,
-                    validate=validate,
-                    implementation=implementation,
+        # Groups register into a staging registry, passed on only once every group is
+        # built: a group that fails must not leave the others registered (half-done).
+        outer = warmkit.active_registry()
+        staged = warmkit.WarmupRegistry()
+        with staged.activate():
+            for block_size, kernel_block_size, mode in zip(block_sizes, kernel_sizes, group_modes):
+                _check_int("block_size", block_size, minimum=1)
+                per_row = -(-max_model_len // (block_size * dcp_world_size))
+                self.block_tables.append(
+                    BlockTable(
+                        block_size=block_size,
+                        kernel_block_size=kernel_block_size,
+                        max_num_reqs=max_num_reqs,
+                        max_num_blocks_per_req=per_row,
+                        max_num_batched_tokens=max_num_batched_tokens,
+                        device=device,
+                        dcp_world_size=dcp_world_size,
+                        dcp_rank=dcp_rank,
+                        cp_kv_cache_interleave_size=cp_kv_cache_interleave_size,
+                        mode=mode,
+                        validate=validate,
+                        implementation=implementation,
+                    )
                 )
-            )
+        if outer is not None:
+            for reg in staged:
+                outer.add(reg.kernel_cls, *reg.zip_groups, **reg.space)
 
     def __len__(self) -> int:
         return len(self.block_tables)
