@@ -202,7 +202,11 @@ def _on_cache_miss(kw: dict[str, Any]) -> None:
     # In "error" mode this raises RuntimeCompileError, before Triton compiles anything.
     _monitor().on_miss(kernel=kernel, key=spec, backend=BACKEND, context=None)
     with _lock:
-        _pending.setdefault(id(jit_fn), collections.deque()).append((time.perf_counter(), spec))
+        # Bounded: a compile that raised never reaches the listener, and its entry must not
+        # pile up (the oldest goes first).
+        _pending.setdefault(id(jit_fn), collections.deque(maxlen=8)).append(
+            (time.perf_counter(), spec)
+        )
 
 
 def _on_compiled(kw: dict[str, Any]) -> None:
