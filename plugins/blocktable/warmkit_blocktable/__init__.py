@@ -13,6 +13,8 @@ See ``docs/blocktable.md``.
 
 from __future__ import annotations
 
+import logging
+
 from ._block_table import BlockTable, MultiGroupBlockTable, SlotMappingMode
 from ._kernel import ComputeSlotMappingKernel
 from ._reference import PAD_SLOT_ID, reference_slot_mapping
@@ -27,3 +29,5 @@ __all__ = [
 ]
 
 __version__ = "0.1.0"
+
+logging.getLogger(__name__).addHandler(logging.NullHandler())

@@ -17,6 +17,8 @@ Importing this package does not import Triton.
 
 from __future__ import annotations
 
+import logging
+
 from ._aot import AotArtifact, Target, check_aot_cache, parse_target, validity_record
 from ._backend import TritonBackend
 from ._compat import TritonNotInstalledError
@@ -41,3 +43,5 @@ __all__ = [
 ]
 
 __version__ = "0.1.0"
+
+logging.getLogger(__name__).addHandler(logging.NullHandler())
