@@ -108,10 +108,12 @@ def build_bundle(
     from . import __version__
     from ._warmup import WarmupConfig, warmup
 
-    plan = registry._resolve()
+    # The registrations name the kernels and backends; the keys come from the warmup's
+    # own report, so the (possibly large) space is expanded only once.
+    classes = {reg.kernel: reg.kernel_cls for reg in registry}
     backends: dict[str, Any] = {}
-    for name, (kernel, _keys) in plan.items():
-        b = type(kernel).backend
+    for name, cls in classes.items():
+        b = cls.backend
         if b is None:
             raise BundleError(
                 f"kernel {name!r} compiles itself (no backend); it cannot be bundled", backend=None
@@ -129,19 +131,22 @@ def build_bundle(
             for b, backend in backends.items():
                 roots[b].mkdir()
                 stack.enter_context(backend.cache_scope(roots[b]))
-            for kernel, _ in plan.values():
-                type(kernel)._warmkit_forget()  # in-memory executors would skip the cache
+            for cls in classes.values():
+                cls._warmkit_forget()  # in-memory executors would skip the cache
             report = warmup(
                 WarmupConfig(target=target, jobs=jobs, monitor="off", progress=progress),
                 registry,
             )
+        kernels: dict[str, list[str]] = {}
+        for e in report.entries:
+            kernels.setdefault(e.kernel, []).append(repr(e.key))
         meta: dict[str, Any] = {
             "format": BUNDLE_FORMAT,
             "version": BUNDLE_VERSION,
             "warmkit_version": __version__,
             "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
             "target": target,
-            "kernels": {name: [repr(k) for k in keys] for name, (_kernel, keys) in plan.items()},
+            "kernels": kernels,
             "manifest": registry.to_dict(),
             "warmup_seconds": round(report.seconds, 3),
             "backends": {},
@@ -159,7 +164,7 @@ def build_bundle(
             if not entries:
                 raise BundleError(
                     f"backend {b!r} wrote no cache entries while warming up "
-                    f"{sum(len(k) for _, k in plan.values())} key(s); were they already "
+                    f"{len(report.entries)} key(s); were they already "
                     "compiled in this process? Build bundles in a fresh process.",
                     backend=b,
                 )
@@ -184,7 +189,7 @@ def build_bundle(
     logger.info(
         "bundle %s: %d kernel(s), %d file(s), target %s",
         out,
-        len(plan),
+        len(kernels),
         len(files),
         target or "this device",
     )
