@@ -46,6 +46,7 @@ from typing import Any
 import attrs
 
 from ._exceptions import BundleError
+from ._integrity import identity, iter_entries, sha256_file, verify_entry, write_record
 
 __all__ = ["BundleInstall", "build_bundle", "inspect_bundle", "install_bundle"]
 
@@ -55,14 +56,6 @@ BUNDLE_FORMAT = "warmkit.bundle"
 BUNDLE_VERSION = 1
 _META = "bundle.json"
 _CAPABILITIES = ("cache_fingerprint", "cache_dir", "cache_scope", "relocate_cache_entry")
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _bundle_backend(name: str, kernel: str | None = None) -> Any:
@@ -154,13 +147,24 @@ def build_bundle(
         files: list[tuple[str, Path]] = []
         for b, backend in backends.items():
             entries = []
-            for path in sorted(roots[b].rglob("*")):
-                if path.is_file():
-                    rel = path.relative_to(roots[b]).as_posix()
-                    entries.append(
-                        {"path": rel, "sha256": _sha256(path), "size": path.stat().st_size}
+            check = getattr(backend, "verify_cache_entry", None)
+            for entry in iter_entries(roots[b]):
+                # Never pack what could not be trusted at install.
+                problems = verify_entry(entry, check)
+                if problems:
+                    raise BundleError(
+                        f"cache entry {entry.name} of backend {b!r} is corrupt right after "
+                        f"compiling it ({'; '.join(problems)}); nothing was written to {out}",
+                        backend=b,
+                        entry=entry.name,
                     )
-                    files.append((f"backends/{b}/{rel}", path))
+                for path in sorted(entry.rglob("*")):
+                    if path.is_file():
+                        rel = path.relative_to(roots[b]).as_posix()
+                        entries.append(
+                            {"path": rel, "sha256": sha256_file(path), "size": path.stat().st_size}
+                        )
+                        files.append((f"backends/{b}/{rel}", path))
             if not entries:
                 raise BundleError(
                     f"backend {b!r} wrote no cache entries while warming up "
@@ -327,6 +331,12 @@ def install_bundle(
     replaced: list[str] = []
     directories: dict[str, str] = {}
     with _open(path) as (tar, meta, p):
+        unknown = sorted(set(cache_dirs or {}) - set(meta["backends"]))
+        if unknown:
+            raise ValueError(
+                f"cache_dirs names backend {unknown[0]!r}, which has no entries in bundle {p}; "
+                f"its backends are {', '.join(sorted(meta['backends']))}"
+            )
         target = meta.get("target")
         # Check every backend's fingerprint, then verify every file of every backend,
         # and only then publish: a refusal anywhere installs nothing of the bundle.
@@ -415,6 +425,14 @@ def _extract_verified(
 
 def _publish(backend: Any, staged: Path, final: Path, expected: dict[str, Any], entry: str) -> str:
     backend.relocate_cache_entry(staged, final)
+    # The record is taken after relocation: it is what the runtime will read.
+    write_record(staged)
+    problems = verify_entry(staged, getattr(backend, "verify_cache_entry", None))
+    if problems:
+        raise BundleError(
+            f"bundle entry {entry!r} is unsound ({'; '.join(problems)}); refusing to publish it",
+            entry=entry,
+        )
     if final.exists():
         if _same(final, staged):
             return "present"
@@ -451,9 +469,7 @@ def _raise_unless_published(exc: OSError, final: Path, entry: str) -> None:
 
 def _same(a: Path, b: Path) -> bool:
     try:
-        fa = sorted(p.relative_to(a).as_posix() for p in a.rglob("*") if p.is_file())
-        fb = sorted(p.relative_to(b).as_posix() for p in b.rglob("*") if p.is_file())
-        return fa == fb and all(_sha256(a / f) == _sha256(b / f) for f in fa)
+        return identity(a) == identity(b)
     except OSError:
         # ``a`` is being swapped out by a concurrent installer: not the same; the
         # replace path that follows tolerates the race.

@@ -102,6 +102,27 @@ def _parser() -> argparse.ArgumentParser:
     b = bsub.add_parser("inspect", help="list a bundle's kernels, keys, target and sizes")
     b.add_argument("bundle")
     b.add_argument("--json", action="store_true")
+
+    s = sub.add_parser("cache", help="check the backends' persistent compile caches")
+    csub = s.add_subparsers(dest="cache_command", parser_class=_Parser, required=True)
+    c = csub.add_parser(
+        "verify",
+        help="verify every cache entry (recorded sha256s and sizes, parseable metadata, "
+        "non-empty binaries); exit 1 naming each bad entry",
+    )
+    c.add_argument(
+        "--cache-dir",
+        action="append",
+        default=[],
+        metavar="BACKEND=DIR",
+        help="verify this directory for BACKEND instead of its default cache directory",
+    )
+    c.add_argument(
+        "--quarantine",
+        action="store_true",
+        help="also move each bad entry into <cache>/.warmkit-quarantine/ (it is then recompiled)",
+    )
+    c.add_argument("--json", action="store_true", help="print the result as JSON")
     return p
 
 
@@ -245,12 +266,7 @@ def _cmd_bundle(args: argparse.Namespace) -> int:
             )
         return EXIT_OK
     if args.bundle_command == "install":
-        dirs = {}
-        for item in args.cache_dir:
-            name, sep, path = item.partition("=")
-            if not sep or not name or not path:
-                raise ValueError(f"--cache-dir takes BACKEND=DIR, got {item!r}")
-            dirs[name] = path
+        dirs = _cache_dirs(args.cache_dir)  # install_bundle checks them against the bundle
         result = install_bundle(args.bundle, cache_dirs=dirs or None)
         summary = {
             "installed": len(result.installed),
@@ -290,6 +306,61 @@ def _cmd_bundle(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cache_dirs(items: Sequence[str], known: Sequence[str] | None = None) -> dict[str, str]:
+    """``BACKEND=DIR`` options -> a dict; an unknown backend is a usage error naming the known ones."""
+    dirs = {}
+    for item in items:
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path:
+            raise ValueError(f"--cache-dir takes BACKEND=DIR, got {item!r}")
+        if known is not None and name not in known:
+            raise ValueError(
+                f"--cache-dir names backend {name!r}, which is not one of "
+                f"{', '.join(known) or '(none)'}"
+            )
+        dirs[name] = path
+    return dirs
+
+
+def _cmd_cache(args: argparse.Namespace) -> int:
+    from ._integrity import iter_entries, verify_cache
+    from ._plugins import BACKENDS_GROUP, discover, get_backend
+
+    names = [info.name for info in discover(BACKENDS_GROUP)]
+    dirs = _cache_dirs(args.cache_dir, names)
+    result: dict[str, Any] = {}
+    for name in sorted(dirs) if dirs else names:
+        backend = get_backend(name)
+        if not hasattr(backend, "cache_dir"):
+            continue  # no persistent cache
+        if name not in dirs and not backend.available().ok:
+            continue
+        root = dirs.get(name) or str(backend.cache_dir())
+        check = getattr(backend, "verify_cache_entry", None)
+        bad = verify_cache(root, check, move=args.quarantine)
+        result[name] = {
+            "directory": root,
+            "entries": sum(1 for _ in iter_entries(root)) + (len(bad) if args.quarantine else 0),
+            "bad": bad,
+        }
+    n_bad = sum(len(r["bad"]) for r in result.values())
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        for name, r in result.items():
+            print(f"{name}: {r['directory']}: {r['entries']} entr(ies), {len(r['bad'])} bad")
+            for entry, problems in r["bad"].items():
+                moved = " (quarantined)" if args.quarantine else ""
+                print(f"  BAD {entry}{moved}: {'; '.join(problems)}")
+        if not result:
+            print("no backend with a persistent cache is available")
+    if n_bad:
+        hint = "" if args.quarantine else "; rerun with --quarantine to move them aside"
+        print(f"warmkit: {n_bad} bad cache entr(ies){hint}", file=sys.stderr)
+        return EXIT_FAILED
+    return EXIT_OK
+
+
 def _envs_target() -> str | None:
     from . import _envs
 
@@ -316,7 +387,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.version:
         print(_versions())
         return EXIT_OK
-    commands = {"list": _cmd_list, "plan": _cmd_plan, "warmup": _cmd_warmup, "bundle": _cmd_bundle}
+    commands = {
+        "list": _cmd_list,
+        "plan": _cmd_plan,
+        "warmup": _cmd_warmup,
+        "bundle": _cmd_bundle,
+        "cache": _cmd_cache,
+    }
     if args.command is None:
         parser.print_help(sys.stderr)
         return EXIT_USAGE

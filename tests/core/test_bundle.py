@@ -468,13 +468,13 @@ def test_cli_exit_codes(site, reg, bundle, tmp_path, capsys):
 
 def test_an_entry_swapped_out_while_being_compared_is_replaced(site, bundle, monkeypatch):
     """A concurrent installer renames the entry away mid-comparison: no error, a correct entry."""
-    from warmkit import _bundle
+    from warmkit import _integrity
 
     warmkit.install_bundle(bundle)
     dest = BundleBackend.root
     victim = min(entries(dest))
     (dest / victim / "payload.bin").write_bytes(b"stale")
-    real = _bundle._sha256
+    real = _integrity.sha256_file
     gone: list[Path] = []
 
     def sha_then_vanish(path):
@@ -483,9 +483,9 @@ def test_an_entry_swapped_out_while_being_compared_is_replaced(site, bundle, mon
             (dest / victim).rename(dest / ".moved-away")  # what the other installer does
         return real(path)
 
-    monkeypatch.setattr(_bundle, "_sha256", sha_then_vanish)
+    monkeypatch.setattr(_integrity, "sha256_file", sha_then_vanish)
     res = warmkit.install_bundle(bundle)
     assert gone and victim in {e.split("/", 1)[1] for e in res.replaced + res.installed}
-    monkeypatch.setattr(_bundle, "_sha256", real)
+    monkeypatch.setattr(_integrity, "sha256_file", real)
     again = warmkit.install_bundle(bundle)
     assert len(again.present) == 6

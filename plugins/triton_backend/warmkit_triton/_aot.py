@@ -349,11 +349,9 @@ class AotArtifact:
     @property
     def entry_dir(self) -> str:
         """The entry's directory inside the cache (Triton names it by the base32 hash)."""
-        import base64
+        from ._cache import entry_dir
 
-        return os.path.join(
-            self.cache_dir, base64.b32encode(bytes.fromhex(self.hash)).decode().rstrip("=")
-        )
+        return entry_dir(self.cache_dir, self.hash)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         raise RuntimeError(
@@ -396,9 +394,12 @@ def write_entry_record(artifact: AotArtifact, target: Target) -> Path | None:
     if not entry.is_dir():
         logger.debug("no local cache entry %s for %s; record not written", entry, artifact.kernel)
         return None
+    # Without the cache directory: a bundle built in a temporary directory and installed
+    # again must give byte-identical records (identity), and relocation makes it moot.
+    validity = {k: v for k, v in _cached_record(target).items() if k != "cache_dir"}
     data = {
         "format": 1,
-        "validity": _cached_record(target),
+        "validity": validity,
         "kernel": artifact.kernel,
         "key": repr(artifact.key),
         "name": artifact.name,
@@ -430,6 +431,8 @@ def check_aot_cache(cache: str | os.PathLike[str] | None = None) -> list[str]:
     this process (Triton wheel, CPython ABI, ptxas, cache-relevant
     environment), and checks that the entry's group file points inside this
     directory (a copied or moved cache misses, or silently reads the original).
+    Every entry, recorded or not, is also verified: its recorded sha256s and
+    sizes (``warmkit-integrity.json``), parseable metadata, non-empty binaries.
 
     Args:
         cache: the cache directory; default the one in effect (``TRITON_CACHE_DIR``).
@@ -437,14 +440,24 @@ def check_aot_cache(cache: str | os.PathLike[str] | None = None) -> list[str]:
     Returns:
         One line per problem; empty when every recorded entry is usable here.
     """
+    from warmkit._integrity import verify_cache
+
+    from ._cache import verify_cache_entry
+
     directory = Path(cache) if cache is not None else Path(cache_dir())
     directory = directory.resolve()
+    # Corruption first: a truncated binary would be a "hit" that fails on the GPU.
+    problems = [
+        f"{Path(entry).name}: corrupt entry ({'; '.join(found)}); warmkit's next warmup "
+        "quarantines and recompiles it (or run: warmkit cache verify --quarantine)"
+        for entry, found in verify_cache(directory, verify_cache_entry).items()
+    ]
     records = sorted(directory.glob(f"*/{AOT_RECORD}"))
     if not records:
         return [
-            f"no warmkit AOT records under {directory}: it was not filled by a warmkit AOT warmup"
+            *problems,
+            f"no warmkit AOT records under {directory}: it was not filled by a warmkit AOT warmup",
         ]
-    problems: list[str] = []
     here: dict[str, dict[str, Any]] = {}
     for path in records:
         entry = path.parent
@@ -489,14 +502,18 @@ def relocate_cache_entry(staged: str | os.PathLike[str], final: str | os.PathLik
         staged: the entry's directory now.
         final: the directory it will have (may not exist yet).
     """
+    from warmkit._integrity import update_record
+
     staged_p, final_p = Path(staged), Path(final)
-    for grp in staged_p.glob("__grp__*.json"):
+    groups = sorted(staged_p.glob("__grp__*.json"))
+    for grp in groups:
         data = json.loads(grp.read_text())
         children = data.get("child_paths", {})
         data["child_paths"] = {name: str(final_p / Path(p).name) for name, p in children.items()}
         tmp = grp.with_name(f".{grp.name}.tmp")
         tmp.write_text(json.dumps(data))
         os.replace(tmp, grp)
+    update_record(staged_p, [g.name for g in groups])
 
 
 def fingerprint(target: Target | None) -> dict[str, str]:

@@ -48,6 +48,7 @@ from ._aot import (
     routing,
     write_entry_record,
 )
+from ._cache import entry_dir, record_entry, verify_cache_entry, verifying
 from ._compat import INSTALL_HINT, TritonNotInstalledError, require_triton
 from ._kernel import (
     InterpretedExecutor,
@@ -323,7 +324,7 @@ class TritonBackend:
                 )
             return InterpretedExecutor(kernel=name, key=key, fn=fn, launch_options=options)
         scope = self._scope_for(str(tgt) if tgt is not None else None)
-        with _hooks.managed(), _hooks.probe():
+        with _hooks.managed(), _hooks.probe(), verifying():
             if tgt is not None:
                 return self._compile_aot(name, key, fn, args, kwargs, options, tgt, scope)
             return self._compile_device(name, key, kernel, fn, args, kwargs, options, scope)
@@ -399,6 +400,8 @@ class TritonBackend:
             compiled._init_handles()
             spec = specialization_of(fn, device, [_wrap(a) for a in args], {**kwargs, **options})
         hit = _hooks.pop_outcome(compiled.hash)
+        if hit is False:
+            record_entry(entry_dir(cache_dir(), compiled.hash))
         executor = TritonExecutor(
             kernel=name,
             key=key,
@@ -448,6 +451,8 @@ class TritonBackend:
             cache_hit=hit is not False,
         )
         write_entry_record(artifact, tgt)
+        if not artifact.cache_hit:
+            record_entry(artifact.entry_dir)
         if scope is None:
             fn.device_caches.pop(drv.device, None)
         logger.debug(
@@ -508,6 +513,10 @@ class TritonBackend:
                     self._redirects -= 1
                     if self._redirects == 0:
                         self._forgotten = weakref.WeakSet()
+
+    def verify_cache_entry(self, entry: Path) -> list[str]:
+        """Structural problems of one cache entry (unparseable metadata, empty binaries); [] when sound."""
+        return verify_cache_entry(entry)
 
     def relocate_cache_entry(self, staged: Path, final: Path) -> None:
         """Point the group files of an entry staged at ``staged`` to ``final`` (absolute paths)."""

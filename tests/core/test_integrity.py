@@ -1,0 +1,131 @@
+"""warmkit._integrity: records, verification and quarantine of cache entries, broken on purpose."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from warmkit._integrity import (
+    QUARANTINE_DIR,
+    RECORD,
+    compare,
+    file_record,
+    quarantine,
+    read_record,
+    verify_cache,
+    verify_entry,
+    write_record,
+)
+
+
+def _entry(root, name="ENTRY", files=None):
+    entry = root / name
+    entry.mkdir(parents=True)
+    for rel, data in (files or {"k.bin": b"\x7fELF" * 64, "k.json": b'{"name": "k"}'}).items():
+        (entry / rel).write_bytes(data)
+    return entry
+
+
+def test_record_covers_own_files_only(tmp_path):
+    entry = _entry(tmp_path)
+    (entry / "tmp.pid_1_x").mkdir()
+    (entry / "tmp.pid_1_x" / "k.bin").write_bytes(b"partial")
+    (entry / "warmkit-aot.json").write_text("{}")
+    (entry / ".k.json.tmp").write_text("")
+    assert set(file_record(entry)) == {"k.bin", "k.json"}
+    assert write_record(entry) == read_record(entry) == file_record(entry)
+    assert verify_entry(entry) == []
+    # The record itself is deterministic: no times, no paths.
+    text = (entry / RECORD).read_text()
+    write_record(entry)
+    assert (entry / RECORD).read_text() == text and str(tmp_path) not in text
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.data())
+def test_any_truncation_or_bit_flip_is_found(tmp_path_factory, data):
+    root = tmp_path_factory.mktemp("c")
+    blob = data.draw(st.binary(min_size=1, max_size=300))
+    entry = _entry(root, files={"k.bin": blob})
+    write_record(entry)
+    i = data.draw(st.integers(0, len(blob) - 1))
+    if data.draw(st.booleans()):
+        damaged = blob[:i]
+    else:
+        damaged = bytearray(blob)
+        damaged[i] ^= 1 << data.draw(st.integers(0, 7))
+    (entry / "k.bin").write_bytes(bytes(damaged))
+    (problem,) = verify_entry(entry)
+    assert problem.startswith("k.bin ")
+
+
+def test_missing_file_and_unreadable_record(tmp_path):
+    entry = _entry(tmp_path)
+    write_record(entry)
+    (entry / "k.json").unlink()
+    assert verify_entry(entry) == ["k.json is missing"]
+    (entry / RECORD).write_text('{"files": ')
+    (problem,) = verify_entry(entry)
+    assert RECORD in problem and "unreadable" in problem
+    (entry / RECORD).write_text('{"files": {"k.bin": {"size": 1}}}')
+    assert "malformed" in verify_entry(entry)[0]
+
+
+def test_compare_names_each_difference():
+    rec = {"a": {"sha256": "0" * 64, "size": 3}, "b": {"sha256": "1" * 64, "size": 3}}
+    act = {"a": {"sha256": "0" * 64, "size": 2}, "b": {"sha256": "2" * 64, "size": 3}}
+    out = compare(rec, act)
+    assert out[0] == "a has 2 bytes, recorded 3" and out[1].startswith("b sha256 222222222222")
+
+
+def test_structural_check_runs_without_a_record(tmp_path):
+    entry = _entry(tmp_path)
+    assert verify_entry(entry, lambda e: [f"{e.name} looks wrong"]) == ["ENTRY looks wrong"]
+
+
+def test_quarantine_moves_aside_with_one_rename_and_warns(tmp_path, caplog):
+    entry = _entry(tmp_path)
+    with caplog.at_level(logging.WARNING, logger="warmkit"):
+        dest = quarantine(entry, ["k.bin is empty"])
+    assert not entry.exists() and dest.parent == tmp_path / QUARANTINE_DIR
+    assert (dest / "k.bin").exists()
+    (msg,) = [r.getMessage() for r in caplog.records]
+    assert str(entry) in msg and "k.bin is empty" in msg and str(dest) in msg
+    assert quarantine(entry, ["again"]) is None  # already gone: another process was first
+
+
+def test_verify_cache_reports_and_moves_bad_entries_only(tmp_path):
+    good = _entry(tmp_path, "GOOD")
+    bad = _entry(tmp_path, "BAD")
+    write_record(good)
+    write_record(bad)
+    (bad / "k.bin").write_bytes(b"")
+    (tmp_path / "tmp.pid_3_x").mkdir()  # someone's in-progress write: not an entry
+    assert verify_cache(tmp_path) == {str(bad): ["k.bin has 0 bytes, recorded 256"]}
+    assert verify_cache(tmp_path, move=True).keys() == {str(bad)}
+    assert not bad.exists() and good.exists() and verify_cache(tmp_path) == {}
+    # The quarantine is not an entry.
+    assert all(not p.startswith(str(tmp_path / QUARANTINE_DIR)) for p in verify_cache(tmp_path))
+
+
+def test_a_failed_record_write_names_the_path_and_leaves_no_temporary(tmp_path):
+    entry = _entry(tmp_path)
+    (entry / RECORD).mkdir()  # the rename onto it fails, as a full or read-only disk would
+    (entry / RECORD / "x").write_text("x")
+    with pytest.raises(OSError, match="cannot write integrity record .*" + RECORD):
+        write_record(entry)
+    assert not [p for p in entry.iterdir() if p.name.startswith(".")]
+
+
+def test_update_record_rerecords_only_the_named_files(tmp_path):
+    entry = _entry(tmp_path)
+    write_record(entry)
+    (entry / "k.json").write_text('{"name": "k", "path": "/new/place"}')  # warmkit relocated it
+    (entry / "k.bin").write_bytes(b"bad")  # corruption is not blessed
+    from warmkit._integrity import update_record
+
+    update_record(entry, ["k.json"])
+    assert verify_entry(entry) == ["k.bin has 3 bytes, recorded 256"]

@@ -1,0 +1,271 @@
+"""Cache-entry integrity: a per-file sha256 and size record, verification, quarantine.
+
+A *cache entry* is one directory of a backend's persistent cache (Triton's
+``<cache>/<base32 hash>/``). When warmkit writes or installs an entry it
+records every file's sha256 and size in ``<entry>/warmkit-integrity.json``.
+Before warmkit trusts an entry (reports it ``cached``, packs it into a bundle,
+publishes it, or ``warmkit cache verify`` passes it) the record is checked;
+an entry without a record (the DSL wrote it on its own) gets the backend's
+structural check only (for Triton: parseable metadata, non-empty binaries).
+
+A bad entry is *quarantined*: moved with one rename into
+``<cache>/.warmkit-quarantine/`` (the runtime never looks there) and named in
+a WARNING; the next compile then writes a fresh one. Quarantine keeps the
+evidence instead of deleting it; ``warmkit cache verify --quarantine`` does the
+same for a whole cache.
+
+The API (also for stores that hold entries elsewhere, e.g. a shared store):
+
+``file_record(entry)``        {relative path: {"sha256", "size"}} of an entry's own files
+``write_record(entry)``       write ``warmkit-integrity.json`` (atomically) and return it
+``read_record(entry)``        the recorded files, or None when there is no record
+``update_record(entry, names)`` re-record files warmkit itself rewrote (relocated paths)
+``compare(recorded, actual)`` problems between two file records (missing, size, sha256)
+``verify_entry(entry, check)`` problems of one entry; ``[]`` = trustworthy
+``quarantine(entry, problems)`` move it aside, warn, return where it went
+``verify_cache(root, check)`` ``{entry name: problems}`` for every bad entry under ``root``
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "QUARANTINE_DIR",
+    "RECORD",
+    "compare",
+    "file_record",
+    "identity",
+    "iter_entries",
+    "quarantine",
+    "read_record",
+    "sha256_file",
+    "update_record",
+    "verify_cache",
+    "verify_entry",
+    "write_record",
+]
+
+logger = logging.getLogger(__name__)
+
+#: The record warmkit writes into every entry it writes or installs.
+RECORD = "warmkit-integrity.json"
+#: Where bad entries are moved, inside the cache directory.
+QUARANTINE_DIR = ".warmkit-quarantine"
+_FORMAT = 1
+
+#: A backend's structural check of one entry: a list of problems, empty when sound.
+Check = Callable[[Path], Sequence[str]]
+
+
+def sha256_file(path: str | os.PathLike[str]) -> str:
+    """The hex sha256 of a file's bytes."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _own_files(entry: Path) -> Iterator[Path]:
+    """The entry's content: every regular file but warmkit's records and writers' temporaries."""
+    for path in sorted(entry.rglob("*")):
+        rel = path.relative_to(entry)
+        if rel.parts[0].startswith(("tmp.", ".")) or rel.name == "lock":
+            continue  # Triton's in-progress writes (tmp.pid_*), dot-temporaries, lock files
+        if len(rel.parts) == 1 and rel.name.startswith("warmkit-"):
+            continue  # warmkit's own metadata, rewritten freely
+        if path.is_file():
+            yield path
+
+
+def file_record(entry: str | os.PathLike[str]) -> dict[str, dict[str, Any]]:
+    """``{relative posix path: {"sha256": hex, "size": bytes}}`` for the entry's own files.
+
+    warmkit's ``warmkit-*`` files and in-progress temporaries are not part of it.
+    """
+    root = Path(entry)
+    return {
+        p.relative_to(root).as_posix(): {"sha256": sha256_file(p), "size": p.stat().st_size}
+        for p in _own_files(root)
+    }
+
+
+def identity(entry: str | os.PathLike[str]) -> dict[str, dict[str, Any]]:
+    """What makes two copies of an entry the same: its file record (no paths, no times)."""
+    return file_record(entry)
+
+
+def write_record(entry: str | os.PathLike[str]) -> dict[str, dict[str, Any]]:
+    """Record the entry's files in ``<entry>/warmkit-integrity.json``, atomically.
+
+    Returns:
+        The file record written.
+
+    Raises:
+        OSError: the record cannot be written; the message names its path.
+    """
+    root = Path(entry)
+    files = file_record(root)
+    _write(root, files)
+    return files
+
+
+def _write(root: Path, files: dict[str, dict[str, Any]]) -> None:
+    text = json.dumps({"format": _FORMAT, "files": files}, indent=1, sort_keys=True)
+    path = root / RECORD
+    tmp = root / f".{RECORD}.{uuid.uuid4().hex}.tmp"
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise OSError(exc.errno, f"cannot write integrity record {path}: {exc.strerror}") from exc
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def update_record(entry: str | os.PathLike[str], names: Sequence[str]) -> None:
+    """Re-record only ``names`` after warmkit itself rewrote them (e.g. relocated paths).
+
+    The other files keep their recorded digests, so corruption elsewhere is
+    not blessed. No record, nothing to update.
+    """
+    root = Path(entry)
+    recorded = read_record(root)
+    if recorded is None:
+        return
+    for name in names:
+        p = root / name
+        recorded[name] = {"sha256": sha256_file(p), "size": p.stat().st_size}
+    _write(root, recorded)
+
+
+def read_record(entry: str | os.PathLike[str]) -> dict[str, dict[str, Any]] | None:
+    """The file record of ``<entry>/warmkit-integrity.json``; None when the entry has none.
+
+    Raises:
+        ValueError: the record exists but is unreadable or malformed.
+    """
+    path = Path(entry) / RECORD
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"unreadable integrity record {path.name} ({exc})") from exc
+    files = data.get("files") if isinstance(data, dict) else None
+    if not isinstance(files, dict) or not all(
+        isinstance(v, dict) and {"sha256", "size"} <= set(v) for v in files.values()
+    ):
+        raise ValueError(f"malformed integrity record {path.name}")
+    return files
+
+
+def compare(recorded: dict[str, dict[str, Any]], actual: dict[str, dict[str, Any]]) -> list[str]:
+    """The differences between a recorded and an actual file record, one line each."""
+    problems = []
+    for name, want in sorted(recorded.items()):
+        got = actual.get(name)
+        if got is None:
+            problems.append(f"{name} is missing")
+        elif got["size"] != want["size"]:
+            problems.append(f"{name} has {got['size']} bytes, recorded {want['size']}")
+        elif got["sha256"] != want["sha256"]:
+            problems.append(
+                f"{name} sha256 {got['sha256'][:12]}… differs from the recorded {want['sha256'][:12]}…"
+            )
+    return problems
+
+
+def verify_entry(entry: str | os.PathLike[str], check: Check | None = None) -> list[str]:
+    """Everything wrong with one entry; empty when it can be trusted.
+
+    The recorded sha256s and sizes when the entry has a record (files added
+    since are allowed: a DSL may add an entry's launcher later), then
+    ``check`` (the backend's structural check) in any case.
+
+    Args:
+        entry: the entry's directory.
+        check: the backend's structural check, e.g. the Triton backend's
+            ``verify_cache_entry``.
+    """
+    root = Path(entry)
+    if not root.is_dir():
+        return [f"{root} is not a directory"]
+    try:
+        recorded = read_record(root)
+        problems = [] if recorded is None else compare(recorded, file_record(root))
+        if check is not None:
+            problems.extend(check(root))
+    except (OSError, ValueError) as exc:
+        problems = [str(exc)]
+    return problems
+
+
+def quarantine(entry: str | os.PathLike[str], problems: Sequence[str]) -> Path | None:
+    """Move a bad entry into ``<cache>/.warmkit-quarantine/`` with one rename, and warn.
+
+    Returns:
+        Where it went, or None when it was already gone (another process
+        quarantined or replaced it first).
+    """
+    root = Path(entry)
+    qdir = root.parent / QUARANTINE_DIR
+    dest = qdir / f"{root.name}.{uuid.uuid4().hex[:8]}"
+    try:
+        qdir.mkdir(exist_ok=True)
+        os.rename(root, dest)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        logger.warning(
+            "cache entry %s is corrupt (%s) and cannot be moved aside (%s); delete it",
+            root,
+            "; ".join(problems),
+            exc,
+        )
+        raise
+    logger.warning(
+        "cache entry %s is corrupt (%s): moved it to %s; it will be recompiled",
+        root,
+        "; ".join(problems),
+        dest,
+    )
+    return dest
+
+
+def iter_entries(root: str | os.PathLike[str]) -> Iterator[Path]:
+    """The entry directories of a cache (not its quarantine or anyone's temporaries)."""
+    base = Path(root)
+    if not base.is_dir():
+        return
+    for path in sorted(base.iterdir()):
+        if path.is_dir() and not path.name.startswith((".", "tmp.")):
+            yield path
+
+
+def verify_cache(
+    root: str | os.PathLike[str], check: Check | None = None, *, move: bool = False
+) -> dict[str, list[str]]:
+    """``{entry directory: problems}`` for every bad entry under ``root``.
+
+    Args:
+        root: the cache directory.
+        check: the backend's structural check of one entry.
+        move: quarantine each bad entry as well.
+    """
+    bad: dict[str, list[str]] = {}
+    for entry in iter_entries(root):
+        problems = verify_entry(entry, check)
+        if problems:
+            bad[str(entry)] = problems
+            if move:
+                quarantine(entry, problems)
+    return bad
