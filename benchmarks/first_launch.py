@@ -102,19 +102,13 @@ def child(mode: str, rotate: int, iters: int) -> int:
         if mode == "warmkit":
             return lambda: t.compute_slot_mapping(num_reqs, qsl, pos, validate=False)
         args, kwargs = launch_arguments(
+            t.warmup_space(),
             num_tokens=pos.shape[0],
             max_num_tokens=t.max_num_batched_tokens,
             query_start_loc=qsl,
             positions=pos,
             block_table=t.block_table,
-            block_table_stride=t.row_width,
-            block_size=t.kernel_block_size,
             slot_mapping=t.slot_mapping,
-            kv_cache_block_size=t.block_size,
-            blocks_per_kv_block=t.blocks_per_kv_block,
-            total_cp_world_size=t.dcp_world_size,
-            total_cp_rank=t.dcp_rank,
-            cp_kv_cache_interleave_size=t.cp_kv_cache_interleave_size,
         )
         opts = kernel.launch_options(key)
         grid = (num_reqs + 1,)

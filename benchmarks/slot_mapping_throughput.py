@@ -225,7 +225,11 @@ def main() -> None:
             )
             case["torch"] = time_per_call(
                 lambda bt=bt, q=qsl, p=positions, c=common, o=out: unchecked_torch_slot_mapping(
-                    query_start_loc=q, positions=p, block_table=bt.block_table, out=o, **c
+                    query_start_loc=q,
+                    positions=p,
+                    block_table=bt.block_table,
+                    geometry=bt.geometry,
+                    out=o,
                 ),
                 device,
                 runs,

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any, Self
 
+import attrs
 import pytest
 import torch
 from bt_helpers import Batch, Geometry, batches, launch_kwargs, reference
@@ -154,13 +155,8 @@ def test_no_new_specialization_after_warmup(monkeypatch: pytest.MonkeyPatch) -> 
                     query_start_loc=qsl_d,
                     positions=pos_d,
                     block_table=bt.block_table,
-                    block_size=bt.kernel_block_size,
-                    kv_cache_block_size=bt.block_size,
-                    blocks_per_kv_block=bt.blocks_per_kv_block,
-                    dcp_world_size=bt.dcp_world_size,
-                    dcp_rank=bt.dcp_rank,
-                    cp_kv_cache_interleave_size=bt.cp_kv_cache_interleave_size,
                     max_num_tokens=bt.max_num_batched_tokens,
+                    **attrs.asdict(bt.geometry),
                 )
                 assert torch.equal(got, want)
                 # The same arguments through Triton's own JIT entry (binder + in-memory
@@ -168,19 +164,13 @@ def test_no_new_specialization_after_warmup(monkeypatch: pytest.MonkeyPatch) -> 
                 space = bt.warmup_space()
                 key = kernel.dispatch(**space)
                 args, kwargs = launch_arguments(
+                    space,
                     num_tokens=num_tokens,
                     max_num_tokens=bt.max_num_batched_tokens,
                     query_start_loc=qsl_d,
                     positions=pos_d,
                     block_table=bt.block_table,
-                    block_table_stride=bt.row_width,
-                    block_size=bt.kernel_block_size,
                     slot_mapping=got,
-                    kv_cache_block_size=bt.block_size,
-                    blocks_per_kv_block=bt.blocks_per_kv_block,
-                    total_cp_world_size=bt.dcp_world_size,
-                    total_cp_rank=bt.dcp_rank,
-                    cp_kv_cache_interleave_size=bt.cp_kv_cache_interleave_size,
                 )
                 kernel.fn[(4,)](*args, **kwargs, **kernel.launch_options(key))
         torch.cuda.synchronize()

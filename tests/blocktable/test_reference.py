@@ -7,7 +7,7 @@ import torch
 from bt_helpers import Batch, Geometry, batches, geometries, loop_slot_mapping, reference
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from warmkit_blocktable import PAD_SLOT_ID, reference_slot_mapping
+from warmkit_blocktable import PAD_SLOT_ID, SlotMappingGeometry, reference_slot_mapping
 
 SETTINGS = settings(
     max_examples=60,
@@ -155,12 +155,11 @@ def test_unchecked_benchmark_baseline_matches_reference(batch: Batch) -> None:
     from warmkit_blocktable._reference import unchecked_torch_slot_mapping
 
     out = torch.full((batch.max_num_tokens,), 12345, dtype=torch.int64)
-    kw = batch.geom.kernel_kwargs()
     unchecked_torch_slot_mapping(
         query_start_loc=batch.query_start_loc,
         positions=batch.positions,
         block_table=batch.block_table,
+        geometry=SlotMappingGeometry(**batch.geom.kernel_kwargs()),
         out=out,
-        **kw,
     )
     assert torch.equal(out, reference(batch))

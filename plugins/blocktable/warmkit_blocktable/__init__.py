@@ -5,6 +5,9 @@
   the group ``warmkit.kernels``).
 * :class:`BlockTable` / :class:`MultiGroupBlockTable`: block tables that
   register, when built, exactly the kernel variant they will launch.
+* :class:`SlotMappingGeometry`: the checked constants of one slot mapping
+  (block sizes, DCP geometry) and the slot math the reference and the
+  tables' input validation share.
 * :func:`reference_slot_mapping`: a vectorized torch reference of the same
   math, used by the tests and on CPU devices.
 
@@ -15,15 +18,18 @@ from __future__ import annotations
 
 import logging
 
-from ._block_table import BlockTable, MultiGroupBlockTable, SlotMappingMode
+from ._block_table import BlockTable, SlotMappingMode
+from ._geometry import PAD_SLOT_ID, SlotMappingGeometry
 from ._kernel import ComputeSlotMappingKernel
-from ._reference import PAD_SLOT_ID, reference_slot_mapping
+from ._multi_group import MultiGroupBlockTable
+from ._reference import reference_slot_mapping
 
 __all__ = [
     "PAD_SLOT_ID",
     "BlockTable",
     "ComputeSlotMappingKernel",
     "MultiGroupBlockTable",
+    "SlotMappingGeometry",
     "SlotMappingMode",
     "reference_slot_mapping",
 ]

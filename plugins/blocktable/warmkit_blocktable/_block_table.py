@@ -16,22 +16,20 @@ same numbers (tests check it).
 
 from __future__ import annotations
 
-import contextlib
 import enum
 import logging
-from collections.abc import Iterator, Sequence
-from typing import Literal
+from collections.abc import Sequence
+from typing import Any, Literal
 
 import numpy as np
 import torch
 
-import warmkit
-
+from ._geometry import PAD_SLOT_ID, SlotMappingGeometry
 from ._jit import compute_slot_mapping_kernel
 from ._kernel import ComputeSlotMappingKernel, get_kernel
-from ._reference import PAD_SLOT_ID, check_geometry, reference_slot_mapping
+from ._reference import checked_slot_mapping
 
-__all__ = ["BlockTable", "MultiGroupBlockTable", "SlotMappingMode"]
+__all__ = ["BlockTable", "Implementation", "SlotMappingMode", "check_int"]
 
 logger = logging.getLogger(__name__)
 
@@ -62,10 +60,15 @@ def _normalize_device(device: torch.device | str | int) -> torch.device:
     return dev
 
 
-def _check_int(name: str, value: object, *, minimum: int) -> int:
+def check_int(name: str, value: object, *, minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
     return value
+
+
+def _from_geometry(field: str, doc: str) -> Any:
+    """A read-only ``BlockTable`` attribute that reads its geometry (one source of truth)."""
+    return property(lambda table: getattr(table.geometry, field), doc=doc)
 
 
 class BlockTable:
@@ -116,6 +119,14 @@ class BlockTable:
             non-CUDA device.
     """
 
+    # The geometry's constants under this class's names (``block_size`` is ``K`` here).
+    block_size = _from_geometry("kv_cache_block_size", "Allocation block size ``K``.")
+    kernel_block_size = _from_geometry("block_size", "Kernel block size ``bs``.")
+    blocks_per_kv_block = _from_geometry("blocks_per_kv_block", "``B = K // bs``.")
+    dcp_world_size = _from_geometry("dcp_world_size", "DCP world size ``W``.")
+    dcp_rank = _from_geometry("dcp_rank", "This DCP rank ``R``.")
+    cp_kv_cache_interleave_size = _from_geometry("cp_kv_cache_interleave_size", "DCP ``I``.")
+
     def __init__(
         self,
         *,
@@ -134,20 +145,21 @@ class BlockTable:
     ) -> None:
         if not isinstance(mode, SlotMappingMode):
             raise TypeError(f"mode must be a SlotMappingMode, got {mode!r}")
-        _check_int("block_size", block_size, minimum=1)
-        _check_int("max_num_reqs", max_num_reqs, minimum=1)
-        _check_int("max_num_blocks_per_req", max_num_blocks_per_req, minimum=1)
-        _check_int("max_num_batched_tokens", max_num_batched_tokens, minimum=1)
+        check_int("block_size", block_size, minimum=1)
+        check_int("max_num_reqs", max_num_reqs, minimum=1)
+        check_int("max_num_blocks_per_req", max_num_blocks_per_req, minimum=1)
+        check_int("max_num_batched_tokens", max_num_batched_tokens, minimum=1)
         if kernel_block_size is None:
             kernel_block_size = block_size
-        _check_int("kernel_block_size", kernel_block_size, minimum=1)
+        check_int("kernel_block_size", kernel_block_size, minimum=1)
         if block_size % kernel_block_size != 0:
             raise ValueError(
                 f"kernel_block_size ({kernel_block_size}) must divide the allocation "
                 f"block_size ({block_size})"
             )
         blocks_per_kv_block = block_size // kernel_block_size
-        check_geometry(
+        #: The slot-mapping constants of this table (checked on construction).
+        self.geometry = SlotMappingGeometry(
             block_size=kernel_block_size,
             kv_cache_block_size=block_size,
             blocks_per_kv_block=blocks_per_kv_block,
@@ -177,16 +189,10 @@ class BlockTable:
         #: ``"triton"`` or ``"reference"``: what ``compute_slot_mapping`` runs.
         self.implementation: Literal["triton", "reference"] = implementation
 
-        self.block_size = block_size
-        self.kernel_block_size = kernel_block_size
-        self.blocks_per_kv_block = blocks_per_kv_block
         self.max_num_reqs = max_num_reqs
         self.max_num_blocks_per_req = max_num_blocks_per_req
         self.row_width = row_width
         self.max_num_batched_tokens = max_num_batched_tokens
-        self.dcp_world_size = dcp_world_size
-        self.dcp_rank = dcp_rank
-        self.cp_kv_cache_interleave_size = cp_kv_cache_interleave_size
         self.mode = mode
         self.validate = validate
 
@@ -202,6 +208,8 @@ class BlockTable:
         self.num_blocks_per_row = np.zeros(max_num_reqs, dtype=np.int32)
         self._expand = np.arange(blocks_per_kv_block, dtype=np.int64)
 
+        # the kernel's keyword arguments besides the step's own, built once
+        self._space = self.geometry.kernel_space(row_width)
         self.slot_mapping: torch.Tensor | None = None
         self._kernel: ComputeSlotMappingKernel | None = None
         if mode is SlotMappingMode.TOKEN_TO_KV_SLOT:
@@ -232,15 +240,7 @@ class BlockTable:
         Returns:
             ``dispatch`` inputs of :class:`ComputeSlotMappingKernel`.
         """
-        return {
-            "block_table_stride": self.row_width,
-            "block_size": self.kernel_block_size,
-            "kv_cache_block_size": self.block_size,
-            "blocks_per_kv_block": self.blocks_per_kv_block,
-            "total_cp_world_size": self.dcp_world_size,
-            "total_cp_rank": self.dcp_rank,
-            "cp_kv_cache_interleave_size": self.cp_kv_cache_interleave_size,
-        }
+        return dict(self._space)
 
     # -- rows (CPU mirror) ----------------------------------------------------------
 
@@ -441,16 +441,11 @@ class BlockTable:
         if self.implementation == "triton":
             self._launch_kernel(num_reqs, query_start_loc, positions)
         else:
-            reference_slot_mapping(
+            checked_slot_mapping(
+                self.geometry,
                 query_start_loc=query_start_loc[: num_reqs + 1],
                 positions=positions,
                 block_table=self.block_table[:num_reqs],
-                block_size=self.kernel_block_size,
-                kv_cache_block_size=self.block_size,
-                blocks_per_kv_block=self.blocks_per_kv_block,
-                dcp_world_size=self.dcp_world_size,
-                dcp_rank=self.dcp_rank,
-                cp_kv_cache_interleave_size=self.cp_kv_cache_interleave_size,
                 max_num_tokens=self.max_num_batched_tokens,
                 out=self.slot_mapping,
             )
@@ -467,14 +462,8 @@ class BlockTable:
             query_start_loc=query_start_loc,
             positions=positions,
             block_table=self.block_table,
-            block_table_stride=self.row_width,
-            block_size=self.kernel_block_size,
             slot_mapping=self.slot_mapping,
-            kv_cache_block_size=self.block_size,
-            blocks_per_kv_block=self.blocks_per_kv_block,
-            total_cp_world_size=self.dcp_world_size,
-            total_cp_rank=self.dcp_rank,
-            cp_kv_cache_interleave_size=self.cp_kv_cache_interleave_size,
+            **self._space,
         )
 
     def _check_inputs(
@@ -515,284 +504,16 @@ class BlockTable:
         self, num_reqs: int, query_start_loc: torch.Tensor, positions: torch.Tensor
     ) -> None:
         """Complete checks: reads the inputs back to the host."""
-        qsl = query_start_loc[: num_reqs + 1].to("cpu", torch.int64)
-        pos = positions.to("cpu")
-        num_tokens = pos.shape[0]
-        if int(qsl[0]) != 0:
-            raise ValueError(f"query_start_loc[0] must be 0, got {int(qsl[0])}")
-        counts = qsl[1:] - qsl[:-1]
-        bad = torch.nonzero(counts < 0)
-        if bad.numel():
-            r = int(bad[0, 0])
-            raise ValueError(
-                f"query_start_loc is not monotonic at request {r}: "
-                f"query_start_loc[{r}] = {int(qsl[r])} > query_start_loc[{r + 1}] = {int(qsl[r + 1])}"
-            )
-        if int(qsl[-1]) != num_tokens:
-            raise ValueError(
-                f"query_start_loc[num_reqs={num_reqs}] = {int(qsl[-1])} but there are {num_tokens} tokens"
-            )
-        negative = torch.nonzero(pos < 0)
-        if negative.numel():
-            t = int(negative[0, 0])
-            raise ValueError(f"token {t} has a negative position {int(pos[t])}")
-        if num_tokens == 0:
-            return
-        req = torch.repeat_interleave(torch.arange(num_reqs), counts)
-        k, w, i = self.block_size, self.dcp_world_size, self.cp_kv_cache_interleave_size
-        vb = pos // (k * w)
-        o = pos - vb * (k * w)
-        owned = (o // i) % w == self.dcp_rank
-        lo = (o // (w * i)) * i + o % i
-        col = vb * self.blocks_per_kv_block + lo // self.kernel_block_size
-        beyond = torch.nonzero(owned & (col >= self.row_width))
-        if beyond.numel():
-            t = int(beyond[0, 0])
-            raise ValueError(
-                f"token {t} (request {int(req[t])}, position {int(pos[t])}) needs block column "
-                f"{int(col[t])}, beyond the row width {self.row_width}"
-            )
-        filled = torch.from_numpy(self.num_blocks_per_row[:num_reqs].astype(np.int64))[req]
-        unfilled = torch.nonzero(owned & (col >= filled))
+        positions = positions.to("cpu")
+        requests, columns = self.geometry.locate(
+            query_start_loc[: num_reqs + 1].to("cpu"), positions, self.row_width
+        )
+        filled = torch.from_numpy(self.num_blocks_per_row[:num_reqs].astype(np.int64))[requests]
+        unfilled = torch.nonzero(columns.owned & (columns.column >= filled))
         if unfilled.numel():
             t = int(unfilled[0, 0])
-            r = int(req[t])
+            r = int(requests[t])
             raise ValueError(
-                f"token {t} (request {r}, position {int(pos[t])}) needs block column "
-                f"{int(col[t])}, but row {r} holds only {int(filled[t])} kernel blocks"
+                f"token {t} (request {r}, position {int(positions[t])}) needs block column "
+                f"{int(columns.column[t])}, but row {r} holds only {int(filled[t])} kernel blocks"
             )
-
-
-class MultiGroupBlockTable:
-    """One :class:`BlockTable` per KV-cache group, edited and committed together.
-
-    Every group shares ``max_num_reqs``, the token buffer size, the device and
-    the DCP geometry; each has its own allocation block size, kernel block
-    size and mode. A group's row holds
-    ``cdiv(max_model_len, block_size * dcp_world_size)`` allocation blocks.
-
-    Args:
-        block_sizes: allocation block size of each group.
-        max_num_reqs: rows per table.
-        max_model_len: longest sequence, in tokens.
-        max_num_batched_tokens: slot-mapping buffer size.
-        device: where tables and buffers live.
-        kernel_block_sizes: kernel block size of each group (``None`` entries,
-            or ``None`` for all: the allocation block size).
-        modes: mode of each group (default: all ``TOKEN_TO_KV_SLOT``).
-        dcp_world_size: DCP world size.
-        dcp_rank: this DCP rank.
-        cp_kv_cache_interleave_size: DCP interleave size.
-        validate: default of ``compute_slot_mapping(validate=...)``.
-        implementation: as for :class:`BlockTable`.
-
-    Raises:
-        ValueError: no group, per-group lists of different lengths, or any
-            error of :class:`BlockTable`.
-    """
-
-    def __init__(
-        self,
-        *,
-        block_sizes: Sequence[int],
-        max_num_reqs: int,
-        max_model_len: int,
-        max_num_batched_tokens: int,
-        device: torch.device | str | int,
-        kernel_block_sizes: Sequence[int | None] | None = None,
-        modes: Sequence[SlotMappingMode] | None = None,
-        dcp_world_size: int = 1,
-        dcp_rank: int = 0,
-        cp_kv_cache_interleave_size: int = 1,
-        validate: bool = False,
-        implementation: Implementation = "auto",
-    ) -> None:
-        block_sizes = list(block_sizes)
-        if not block_sizes:
-            raise ValueError("MultiGroupBlockTable needs at least one KV-cache group")
-        kernel_sizes = (
-            list(kernel_block_sizes)
-            if kernel_block_sizes is not None
-            else [None] * len(block_sizes)
-        )
-        group_modes = (
-            list(modes)
-            if modes is not None
-            else [SlotMappingMode.TOKEN_TO_KV_SLOT] * len(block_sizes)
-        )
-        if not len(kernel_sizes) == len(group_modes) == len(block_sizes):
-            raise ValueError(
-                f"block_sizes ({len(block_sizes)}), kernel_block_sizes ({len(kernel_sizes)}) and "
-                f"modes ({len(group_modes)}) must have one entry per KV-cache group"
-            )
-        _check_int("max_model_len", max_model_len, minimum=1)
-        _check_int("dcp_world_size", dcp_world_size, minimum=1)
-        self.block_tables: list[BlockTable] = []
-        # Groups register into a staging registry, passed on only once every group is
-        # built: a group that fails must not leave the others registered (half-done).
-        outer = warmkit.active_registry()
-        staged = warmkit.WarmupRegistry()
-        with staged.activate():
-            for block_size, kernel_block_size, mode in zip(block_sizes, kernel_sizes, group_modes):
-                _check_int("block_size", block_size, minimum=1)
-                per_row = -(-max_model_len // (block_size * dcp_world_size))
-                self.block_tables.append(
-                    BlockTable(
-                        block_size=block_size,
-                        kernel_block_size=kernel_block_size,
-                        max_num_reqs=max_num_reqs,
-                        max_num_blocks_per_req=per_row,
-                        max_num_batched_tokens=max_num_batched_tokens,
-                        device=device,
-                        dcp_world_size=dcp_world_size,
-                        dcp_rank=dcp_rank,
-                        cp_kv_cache_interleave_size=cp_kv_cache_interleave_size,
-                        mode=mode,
-                        validate=validate,
-                        implementation=implementation,
-                    )
-                )
-        if outer is not None:
-            for reg in staged:
-                outer.add(reg.kernel_cls, *reg.zip_groups, **reg.space)
-
-    def __len__(self) -> int:
-        return len(self.block_tables)
-
-    def __getitem__(self, group: int) -> BlockTable:
-        return self.block_tables[group]
-
-    def __iter__(self) -> Iterator[BlockTable]:
-        return iter(self.block_tables)
-
-    def _per_group(self, block_ids: Sequence[Sequence[int]]) -> Sequence[Sequence[int]]:
-        if len(block_ids) != len(self.block_tables):
-            raise ValueError(
-                f"expected one block-id list per group ({len(self.block_tables)}), got {len(block_ids)}"
-            )
-        return block_ids
-
-    @contextlib.contextmanager
-    def _all_or_nothing(self, row_idx: int) -> Iterator[None]:
-        """Restore row ``row_idx`` of every group if an update fails in one."""
-        self.block_tables[0]._check_row(row_idx)
-        saved = [
-            t._rows[row_idx, : int(t.num_blocks_per_row[row_idx])].copy() for t in self.block_tables
-        ]
-        try:
-            yield
-        except BaseException:
-            for table, ids in zip(self.block_tables, saved):
-                table._rows[row_idx, : ids.size] = ids
-                table.num_blocks_per_row[row_idx] = ids.size
-            raise
-
-    def append_row(self, block_ids: Sequence[Sequence[int]], row_idx: int) -> None:
-        """Append allocation blocks to one row of every group.
-
-        Args:
-            block_ids: one list of allocation-block ids per group.
-            row_idx: the row.
-
-        Raises:
-            ValueError: a wrong number of lists, or as ``BlockTable.append_row``.
-        """
-        with self._all_or_nothing(row_idx):
-            for table, ids in zip(self.block_tables, self._per_group(block_ids)):
-                table.append_row(ids, row_idx)
-
-    def add_row(self, block_ids: Sequence[Sequence[int]], row_idx: int) -> None:
-        """Replace one row of every group.
-
-        Args:
-            block_ids: one list of allocation-block ids per group.
-            row_idx: the row.
-
-        Raises:
-            ValueError: a wrong number of lists, or as ``BlockTable.add_row``.
-        """
-        with self._all_or_nothing(row_idx):
-            for table, ids in zip(self.block_tables, self._per_group(block_ids)):
-                table.add_row(ids, row_idx)
-
-    def clear_row(self, row_idx: int) -> None:
-        """Empty one row of every group.
-
-        Args:
-            row_idx: the row.
-
-        Raises:
-            ValueError: a bad row index.
-        """
-        for table in self.block_tables:
-            table.clear_row(row_idx)
-
-    def move_row(self, src: int, tgt: int) -> None:
-        """Copy row ``src`` onto ``tgt`` in every group.
-
-        Args:
-            src: the source row.
-            tgt: the target row.
-
-        Raises:
-            ValueError: a bad row index.
-        """
-        for table in self.block_tables:
-            table.move_row(src, tgt)
-
-    def swap_row(self, a: int, b: int) -> None:
-        """Exchange rows ``a`` and ``b`` in every group.
-
-        Args:
-            a: one row.
-            b: the other row.
-
-        Raises:
-            ValueError: a bad row index.
-        """
-        for table in self.block_tables:
-            table.swap_row(a, b)
-
-    def commit(self, num_reqs: int) -> None:
-        """Copy rows ``[0, num_reqs)`` of every group to the device.
-
-        Args:
-            num_reqs: number of leading rows.
-
-        Raises:
-            ValueError: ``num_reqs`` out of range.
-        """
-        for table in self.block_tables:
-            table.commit(num_reqs)
-
-    def clear(self) -> None:
-        """Empty every row of every group."""
-        for table in self.block_tables:
-            table.clear()
-
-    def compute_slot_mapping(
-        self,
-        num_reqs: int,
-        query_start_loc: torch.Tensor,
-        positions: torch.Tensor,
-        *,
-        validate: bool | None = None,
-    ) -> list[torch.Tensor | None]:
-        """Compute every group's slot mapping for one step.
-
-        Args:
-            num_reqs: requests in this step.
-            query_start_loc: int32 cumulative token offsets.
-            positions: int64 positions.
-            validate: run the complete checks.
-
-        Returns:
-            One buffer per group; ``None`` for ``NONE``-mode groups.
-
-        Raises:
-            ValueError: as ``BlockTable.compute_slot_mapping``.
-        """
-        return [
-            table.compute_slot_mapping(num_reqs, query_start_loc, positions, validate=validate)
-            for table in self.block_tables
-        ]

@@ -13,14 +13,15 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Mapping
 from typing import Any
 
 import attrs
 import torch
 from warmkit_triton import TritonKernel, WarmupTensor, specialization_rep
 
+from ._geometry import PAD_SLOT_ID
 from ._jit import TILE, compute_slot_mapping_kernel
-from ._reference import PAD_SLOT_ID
 
 __all__ = ["ComputeSlotMappingKernel", "get_kernel", "launch_arguments"]
 
@@ -37,20 +38,14 @@ _REP_NUM_REQS = 2
 
 
 def launch_arguments(
+    space: Mapping[str, int],
     *,
     num_tokens: Any,
     max_num_tokens: Any,
     query_start_loc: Any,
     positions: Any,
     block_table: Any,
-    block_table_stride: int,
-    block_size: int,
     slot_mapping: Any,
-    kv_cache_block_size: int,
-    blocks_per_kv_block: int,
-    total_cp_world_size: int,
-    total_cp_rank: int,
-    cp_kv_cache_interleave_size: int,
 ) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """The ``(args, kwargs)`` of one launch of the raw kernel, launch options excluded.
 
@@ -62,6 +57,17 @@ def launch_arguments(
     positional argument per parameter lets ``warmkit_triton``'s executor skip
     binding keyword arguments on every call.
 
+    Args:
+        space: the seven scalars that shape the code, under the kernel's
+            names: a ``CompileKey``'s fields, ``BlockTable.warmup_space()`` or
+            ``SlotMappingGeometry.kernel_space(stride)``.
+        num_tokens: tokens this step.
+        max_num_tokens: size of ``slot_mapping``.
+        query_start_loc: int32 ``[>= num_reqs + 1]``.
+        positions: int64 ``[num_tokens]``.
+        block_table: int32 ``[rows, block_table_stride]``.
+        slot_mapping: int64 ``[max_num_tokens]`` output.
+
     Returns:
         The 15 arguments of ``compute_slot_mapping_kernel``, in order, and ``{}``.
     """
@@ -71,14 +77,14 @@ def launch_arguments(
         query_start_loc,
         positions,
         block_table,
-        block_table_stride,
-        block_size,
+        space["block_table_stride"],
+        space["block_size"],
         slot_mapping,
-        kv_cache_block_size,  # KV_CACHE_BLOCK_SIZE
-        blocks_per_kv_block,  # BLOCKS_PER_KV_BLOCK
-        total_cp_world_size,  # TOTAL_CP_WORLD_SIZE
-        total_cp_rank,  # TOTAL_CP_RANK
-        cp_kv_cache_interleave_size,  # CP_KV_CACHE_INTERLEAVE_SIZE
+        space["kv_cache_block_size"],  # KV_CACHE_BLOCK_SIZE
+        space["blocks_per_kv_block"],  # BLOCKS_PER_KV_BLOCK
+        space["total_cp_world_size"],  # TOTAL_CP_WORLD_SIZE
+        space["total_cp_rank"],  # TOTAL_CP_RANK
+        space["cp_kv_cache_interleave_size"],  # CP_KV_CACHE_INTERLEAVE_SIZE
         PAD_SLOT_ID,  # PAD_ID
         TILE,  # BLOCK_SIZE
     )
@@ -146,19 +152,13 @@ class ComputeSlotMappingKernel(TritonKernel):
         """
         stride = key.block_table_stride
         return launch_arguments(
+            attrs.asdict(key),
             num_tokens=specialization_rep(_REP_NUM_TOKENS, specialize=False),
             max_num_tokens=specialization_rep(_REP_NUM_TOKENS, specialize=False),
             query_start_loc=WarmupTensor(torch.int32, (_REP_NUM_REQS + 1,)),
             positions=WarmupTensor(torch.int64, (_REP_NUM_TOKENS,)),
             block_table=WarmupTensor(torch.int32, (_REP_NUM_REQS, stride), (stride, 1)),
-            block_table_stride=stride,
-            block_size=key.block_size,
             slot_mapping=WarmupTensor(torch.int64, (_REP_NUM_TOKENS,)),
-            kv_cache_block_size=key.kv_cache_block_size,
-            blocks_per_kv_block=key.blocks_per_kv_block,
-            total_cp_world_size=key.total_cp_world_size,
-            total_cp_rank=key.total_cp_rank,
-            cp_kv_cache_interleave_size=key.cp_kv_cache_interleave_size,
         )
 
     def launch_options(self, key: CompileKey) -> dict[str, Any]:
@@ -225,30 +225,25 @@ class ComputeSlotMappingKernel(TritonKernel):
                     f"{name} is not 16-byte aligned (data_ptr {tensor.data_ptr():#x}); the "
                     "slot-mapping kernel is warmed up for aligned tensors only"
                 )
-        key = self.dispatch(
-            block_table_stride=block_table_stride,
-            block_size=block_size,
-            kv_cache_block_size=kv_cache_block_size,
-            blocks_per_kv_block=blocks_per_kv_block,
-            total_cp_world_size=total_cp_world_size,
-            total_cp_rank=total_cp_rank,
-            cp_kv_cache_interleave_size=cp_kv_cache_interleave_size,
-        )
+        space = {
+            "block_table_stride": block_table_stride,
+            "block_size": block_size,
+            "kv_cache_block_size": kv_cache_block_size,
+            "blocks_per_kv_block": blocks_per_kv_block,
+            "total_cp_world_size": total_cp_world_size,
+            "total_cp_rank": total_cp_rank,
+            "cp_kv_cache_interleave_size": cp_kv_cache_interleave_size,
+        }
         args, kwargs = launch_arguments(
+            space,
             num_tokens=num_tokens,
             max_num_tokens=max_num_tokens,
             query_start_loc=query_start_loc,
             positions=positions,
             block_table=block_table,
-            block_table_stride=block_table_stride,
-            block_size=block_size,
             slot_mapping=slot_mapping,
-            kv_cache_block_size=kv_cache_block_size,
-            blocks_per_kv_block=blocks_per_kv_block,
-            total_cp_world_size=total_cp_world_size,
-            total_cp_rank=total_cp_rank,
-            cp_kv_cache_interleave_size=cp_kv_cache_interleave_size,
         )
+        key = self.dispatch(**space)
         return self.run(key, (num_reqs + 1,), *args, **kwargs)
 
 

@@ -10,66 +10,14 @@ from __future__ import annotations
 
 import torch
 
+from ._geometry import PAD_SLOT_ID, SlotMappingGeometry
+
 __all__ = [
     "PAD_SLOT_ID",
-    "check_geometry",
+    "checked_slot_mapping",
     "reference_slot_mapping",
     "unchecked_torch_slot_mapping",
 ]
-
-#: The value written for tokens this rank does not own and for padding.
-PAD_SLOT_ID = -1
-
-
-def check_geometry(
-    *,
-    block_size: int,
-    kv_cache_block_size: int,
-    blocks_per_kv_block: int,
-    dcp_world_size: int,
-    dcp_rank: int,
-    cp_kv_cache_interleave_size: int,
-) -> None:
-    """Check that one slot-mapping geometry is consistent.
-
-    Args:
-        block_size: kernel block size ``bs``.
-        kv_cache_block_size: allocation block size ``K``.
-        blocks_per_kv_block: kernel blocks per allocation block ``B``.
-        dcp_world_size: decode-context-parallel world size ``W``.
-        dcp_rank: this rank ``R``.
-        cp_kv_cache_interleave_size: tokens per rank per round-robin turn ``I``.
-
-    Raises:
-        TypeError: ``dcp_rank`` is not an int.
-        ValueError: if a size is not positive, ``K != B * bs``, the rank is
-            outside ``[0, W)``, or ``I`` does not divide ``K``.
-    """
-    for name, value in (
-        ("block_size", block_size),
-        ("kv_cache_block_size", kv_cache_block_size),
-        ("blocks_per_kv_block", blocks_per_kv_block),
-        ("dcp_world_size", dcp_world_size),
-        ("cp_kv_cache_interleave_size", cp_kv_cache_interleave_size),
-    ):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive int, got {value!r}")
-    if isinstance(dcp_rank, bool) or not isinstance(dcp_rank, int):
-        raise TypeError(f"dcp_rank must be an int, got {dcp_rank!r}")
-    if kv_cache_block_size != blocks_per_kv_block * block_size:
-        raise ValueError(
-            f"kv_cache_block_size ({kv_cache_block_size}) must equal "
-            f"blocks_per_kv_block ({blocks_per_kv_block}) * block_size ({block_size})"
-        )
-    if not 0 <= dcp_rank < dcp_world_size:
-        raise ValueError(
-            f"DCP rank {dcp_rank} is out of range for DCP world size {dcp_world_size}: need 0 <= rank < world size"
-        )
-    if kv_cache_block_size % cp_kv_cache_interleave_size != 0:
-        raise ValueError(
-            f"cp_kv_cache_interleave_size ({cp_kv_cache_interleave_size}) must divide the "
-            f"allocation block size ({kv_cache_block_size})"
-        )
 
 
 def reference_slot_mapping(
@@ -121,12 +69,13 @@ def reference_slot_mapping(
         when ``out`` is given).
 
     Raises:
-        ValueError: on an inconsistent geometry, a malformed
+        ValueError: on an inconsistent geometry (as
+            :class:`~warmkit_blocktable.SlotMappingGeometry`), a malformed
             ``query_start_loc``, a negative position, a position whose block
             column lies beyond the table row, more requests than table rows,
             or ``max_num_tokens < num_tokens``.
     """
-    check_geometry(
+    geometry = SlotMappingGeometry(
         block_size=block_size,
         kv_cache_block_size=kv_cache_block_size,
         blocks_per_kv_block=blocks_per_kv_block,
@@ -134,6 +83,44 @@ def reference_slot_mapping(
         dcp_rank=dcp_rank,
         cp_kv_cache_interleave_size=cp_kv_cache_interleave_size,
     )
+    return checked_slot_mapping(
+        geometry,
+        query_start_loc=query_start_loc,
+        positions=positions,
+        block_table=block_table,
+        max_num_tokens=max_num_tokens,
+        pad_id=pad_id,
+        out=out,
+    )
+
+
+def checked_slot_mapping(
+    geometry: SlotMappingGeometry,
+    *,
+    query_start_loc: torch.Tensor,
+    positions: torch.Tensor,
+    block_table: torch.Tensor,
+    max_num_tokens: int | None = None,
+    pad_id: int = PAD_SLOT_ID,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """:func:`reference_slot_mapping` for a geometry that is already built (and so checked).
+
+    Args:
+        geometry: the slot-mapping constants.
+        query_start_loc: as :func:`reference_slot_mapping`.
+        positions: as :func:`reference_slot_mapping`.
+        block_table: as :func:`reference_slot_mapping`.
+        max_num_tokens: as :func:`reference_slot_mapping`.
+        pad_id: as :func:`reference_slot_mapping`.
+        out: as :func:`reference_slot_mapping`.
+
+    Returns:
+        As :func:`reference_slot_mapping`.
+
+    Raises:
+        ValueError: as :func:`reference_slot_mapping`, the geometry aside.
+    """
     if query_start_loc.ndim != 1 or query_start_loc.shape[0] < 1:
         raise ValueError("query_start_loc must be a 1-D tensor of num_reqs + 1 offsets")
     if positions.ndim != 1:
@@ -153,45 +140,8 @@ def reference_slot_mapping(
         raise ValueError(
             f"{num_reqs} requests but the block table has only {block_table.shape[0]} rows"
         )
-
-    qsl = query_start_loc.to(device=device, dtype=torch.int64)
-    counts = qsl[1:] - qsl[:-1]
-    bad = torch.nonzero(counts < 0)
-    if bad.numel():
-        r = int(bad[0, 0])
-        raise ValueError(
-            f"query_start_loc is not monotonic at request {r}: {int(qsl[r])} > {int(qsl[r + 1])}"
-        )
-    if int(qsl[0]) != 0 or int(qsl[-1]) != num_tokens:
-        raise ValueError(
-            f"query_start_loc must span [0, num_tokens={num_tokens}], got [{int(qsl[0])}, {int(qsl[-1])}]"
-        )
-
-    pos = positions.to(torch.int64)
-    negative = torch.nonzero(pos < 0)
-    if negative.numel():
-        t = int(negative[0, 0])
-        raise ValueError(f"token {t} has a negative position {int(pos[t])}")
-
-    req = torch.repeat_interleave(torch.arange(num_reqs, device=device), counts)
-    owned, lo, col = _columns(
-        pos,
-        block_size=block_size,
-        kv_cache_block_size=kv_cache_block_size,
-        blocks_per_kv_block=blocks_per_kv_block,
-        dcp_world_size=dcp_world_size,
-        dcp_rank=dcp_rank,
-        cp_kv_cache_interleave_size=cp_kv_cache_interleave_size,
-    )
-    stride = block_table.shape[1]
-    beyond = torch.nonzero(owned & (col >= stride))
-    if beyond.numel():
-        t = int(beyond[0, 0])
-        raise ValueError(
-            f"token {t} (request {int(req[t])}, position {int(pos[t])}) needs block column "
-            f"{int(col[t])}, beyond the row width {stride}"
-        )
-    slot = _gather(block_table.to(device), req, owned, lo, col, block_size, pad_id)
+    requests, columns = geometry.locate(query_start_loc, positions, block_table.shape[1])
+    slot = geometry.slots(block_table.to(device), requests, columns, pad_id)
 
     if out is None:
         result = torch.full((max_num_tokens,), pad_id, dtype=torch.int64, device=device)
@@ -206,60 +156,12 @@ def reference_slot_mapping(
     return result
 
 
-def _columns(
-    pos: torch.Tensor,
-    *,
-    block_size: int,
-    kv_cache_block_size: int,
-    blocks_per_kv_block: int,
-    dcp_world_size: int,
-    dcp_rank: int,
-    cp_kv_cache_interleave_size: int,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Ownership, rank-local offset and table column of every position (int64 math)."""
-    k, b, w, r, i = (
-        kv_cache_block_size,
-        blocks_per_kv_block,
-        dcp_world_size,
-        dcp_rank,
-        cp_kv_cache_interleave_size,
-    )
-    virtual = k * w
-    vb = torch.div(pos, virtual, rounding_mode="floor")
-    o = pos - vb * virtual
-    owned = torch.remainder(torch.div(o, i, rounding_mode="floor"), w) == r
-    lo = torch.div(o, w * i, rounding_mode="floor") * i + torch.remainder(o, i)
-    col = vb * b + torch.div(lo, block_size, rounding_mode="floor")
-    return owned, lo, col
-
-
-def _gather(
-    table: torch.Tensor,
-    req: torch.Tensor,
-    owned: torch.Tensor,
-    lo: torch.Tensor,
-    col: torch.Tensor,
-    block_size: int,
-    pad_id: int,
-) -> torch.Tensor:
-    """The slots: table entries read only where owned (column 0 elsewhere, then masked)."""
-    safe_col = torch.where(owned, col, torch.zeros_like(col))
-    block_id = table[req, safe_col].to(torch.int64)
-    slot = block_id * block_size + torch.remainder(lo, block_size)
-    return torch.where(owned, slot, torch.full_like(slot, pad_id))
-
-
 def unchecked_torch_slot_mapping(
     *,
     query_start_loc: torch.Tensor,
     positions: torch.Tensor,
     block_table: torch.Tensor,
-    block_size: int,
-    kv_cache_block_size: int,
-    blocks_per_kv_block: int,
-    dcp_world_size: int,
-    dcp_rank: int,
-    cp_kv_cache_interleave_size: int,
+    geometry: SlotMappingGeometry,
     out: torch.Tensor,
     pad_id: int = PAD_SLOT_ID,
 ) -> torch.Tensor:
@@ -272,12 +174,7 @@ def unchecked_torch_slot_mapping(
         query_start_loc: int ``[num_reqs + 1]`` offsets, assumed valid.
         positions: int64 ``[num_tokens]``, assumed valid.
         block_table: int32 kernel-block table.
-        block_size: kernel block size.
-        kv_cache_block_size: allocation block size.
-        blocks_per_kv_block: kernel blocks per allocation block.
-        dcp_world_size: DCP world size.
-        dcp_rank: DCP rank.
-        cp_kv_cache_interleave_size: DCP interleave size.
+        geometry: the slot-mapping constants.
         out: int64 output buffer of at least ``num_tokens`` elements.
         pad_id: padding value.
 
@@ -287,18 +184,10 @@ def unchecked_torch_slot_mapping(
     num_tokens = positions.shape[0]
     num_reqs = query_start_loc.shape[0] - 1
     counts = (query_start_loc[1:] - query_start_loc[:-1]).to(torch.int64)
-    req = torch.repeat_interleave(
+    requests = torch.repeat_interleave(
         torch.arange(num_reqs, device=positions.device), counts, output_size=num_tokens
     )
-    owned, lo, col = _columns(
-        positions,
-        block_size=block_size,
-        kv_cache_block_size=kv_cache_block_size,
-        blocks_per_kv_block=blocks_per_kv_block,
-        dcp_world_size=dcp_world_size,
-        dcp_rank=dcp_rank,
-        cp_kv_cache_interleave_size=cp_kv_cache_interleave_size,
-    )
-    out[:num_tokens] = _gather(block_table, req, owned, lo, col, block_size, pad_id)
+    columns = geometry.columns(positions)
+    out[:num_tokens] = geometry.slots(block_table, requests, columns, pad_id)
     out[num_tokens:].fill_(pad_id)
     return out
