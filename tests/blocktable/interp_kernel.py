@@ -12,7 +12,7 @@ import os
 
 import pytest
 import torch
-from bt_helpers import Batch, Geometry, batches, launch_kwargs, reference
+from bt_helpers import Batch, Geometry, batches, launch_kwargs, loop_slot_mapping, reference
 from hypothesis import HealthCheck, given, settings
 
 if os.environ.get("TRITON_INTERPRET") != "1":
@@ -59,7 +59,7 @@ if _why is not None:
         allow_module_level=True,
     )
 
-from warmkit_blocktable import BlockTable, ComputeSlotMappingKernel
+from warmkit_blocktable import BlockTable, ComputeSlotMappingKernel, SlotMappingGeometry
 from warmkit_blocktable._jit import compute_slot_mapping_kernel
 
 GARBAGE = 0x5A5A5A5A
@@ -89,12 +89,20 @@ def run_kernel(batch: Batch) -> torch.Tensor:
 )
 @given(batch=batches())
 def test_kernel_matches_reference(batch: Batch) -> None:
+    # Three ways: the kernel, the reference, and the geometry's own placement (the
+    # helper BlockTable's validation runs: it must accept this step), then a loop
+    # that knows no formula.
     got = run_kernel(batch)
     expected = reference(batch)
     assert torch.equal(got, expected), (
         batch.geom,
         (got != expected).nonzero()[:5].flatten().tolist(),
     )
+    geometry = SlotMappingGeometry(**batch.geom.kernel_kwargs())
+    requests, columns = geometry.locate(batch.query_start_loc, batch.positions, batch.stride)
+    placed = geometry.slots(batch.block_table, requests, columns)
+    assert torch.equal(got[: batch.num_tokens], placed)
+    assert got.tolist() == loop_slot_mapping(batch)
 
 
 def test_notes_example_two_ranks_interleave_one() -> None:
