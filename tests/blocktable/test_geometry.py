@@ -196,13 +196,7 @@ def test_slots_reference_and_loop_agree(batch: Batch) -> None:
 def test_slots_never_read_a_column_the_rank_does_not_own() -> None:
     # W = 2, I = K = 4: positions 8 and 9 belong to rank 0, which would read column 1
     # of this 1-column row; rank 1 owns 4 and 5 (column 0) and pads 8 and 9 unread.
-    g = SlotMappingGeometry(
-        block_size=4,
-        kv_cache_block_size=4,
-        dcp_world_size=2,
-        dcp_rank=1,
-        cp_kv_cache_interleave_size=4,
-    )
+    g = of(Geometry(bs=4, B=1, W=2, R=1, I=4))
     positions = torch.tensor([8, 9, 4, 5], dtype=torch.int64)
     qsl = torch.tensor([0, 4], dtype=torch.int32)
     requests, columns = g.locate(qsl, positions, 1)
