@@ -124,6 +124,8 @@ def test_kernel_space_is_what_the_table_registers_and_the_kernel_takes() -> None
     # the table's own attributes read the geometry
     assert (bt.block_size, bt.kernel_block_size, bt.blocks_per_kv_block) == (64, 16, 4)
     assert (bt.dcp_world_size, bt.dcp_rank, bt.cp_kv_cache_interleave_size) == (4, 3, 16)
+    with pytest.raises(AttributeError):  # one source of truth: the registration cannot drift
+        bt.dcp_rank = 0  # type: ignore[misc]
 
 
 # -- the slot math -----------------------------------------------------------------------

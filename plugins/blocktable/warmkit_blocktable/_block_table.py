@@ -119,13 +119,14 @@ class BlockTable:
             non-CUDA device.
     """
 
-    # The geometry's constants under this class's names (``block_size`` is ``K`` here).
-    block_size = _from_geometry("kv_cache_block_size", "Allocation block size ``K``.")
-    kernel_block_size = _from_geometry("block_size", "Kernel block size ``bs``.")
-    blocks_per_kv_block = _from_geometry("blocks_per_kv_block", "``B = K // bs``.")
-    dcp_world_size = _from_geometry("dcp_world_size", "DCP world size ``W``.")
-    dcp_rank = _from_geometry("dcp_rank", "This DCP rank ``R``.")
-    cp_kv_cache_interleave_size = _from_geometry("cp_kv_cache_interleave_size", "DCP ``I``.")
+    # The geometry's constants under this class's names (``block_size`` is ``K`` here);
+    # typed as the ints they are (read-only: a property of the geometry).
+    block_size: int = _from_geometry("kv_cache_block_size", "Allocation block size ``K``.")
+    kernel_block_size: int = _from_geometry("block_size", "Kernel block size ``bs``.")
+    blocks_per_kv_block: int = _from_geometry("blocks_per_kv_block", "``B = K // bs``.")
+    dcp_world_size: int = _from_geometry("dcp_world_size", "DCP world size ``W``.")
+    dcp_rank: int = _from_geometry("dcp_rank", "This DCP rank ``R``.")
+    cp_kv_cache_interleave_size: int = _from_geometry("cp_kv_cache_interleave_size", "DCP ``I``.")
 
     def __init__(
         self,
