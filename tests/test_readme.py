@@ -17,7 +17,26 @@ def test_readme_starts_with_install_and_test_commands():
     for plugin in sorted(p.name for p in (ROOT / "plugins").iterdir() if p.is_dir()):
         assert f"./plugins/{plugin}" in install, f"plugin {plugin} is not installed by the README"
         assert f"./plugins/{plugin}" in test
-    assert test.rstrip().endswith("pytest")
+    assert ".venv/bin/python -m pytest" in _steps(test), "the full suite runs with no path filter"
+
+
+def _steps(command: str) -> list[str]:
+    return [step.strip() for step in command.split(" && ")]
+
+
+def test_readme_test_command_reruns_the_triton_tests_under_triton36():
+    _, test = _readme_commands()
+    steps = _steps(test)
+    install = next(s for s in steps if s.startswith(".venv/bin/pip install"))
+    install36 = next(s for s in steps if s.startswith(".venv36/bin/pip install"))
+    # the second venv installs exactly what the first does, only against other pins
+    assert install36 == install.replace(".venv/", ".venv36/").replace(
+        "constraints-cpu.txt", "constraints-triton36.txt"
+    )
+    assert steps.index("python3 -m venv .venv36") > steps.index(".venv/bin/python -m pytest")
+    # last, so that CI's exit status is this pytest's once the full suite has passed
+    assert steps[-1] == ".venv36/bin/python -m pytest tests/triton_backend tests/blocktable"
+    assert ".venv36/" in (ROOT / ".gitignore").read_text().splitlines()
 
 
 def test_ci_runs_exactly_the_readme_test_command():
@@ -29,3 +48,13 @@ def test_ci_runs_exactly_the_readme_test_command():
 def test_cpu_constraints_pin_cpu_torch():
     pins = (ROOT / "constraints-cpu.txt").read_text()
     assert re.search(r"^torch==2\.13\.0$", pins, flags=re.MULTILINE)
+
+
+def test_triton36_constraints_pin_triton36_beside_the_same_cpu_torch():
+    pins36 = (ROOT / "constraints-triton36.txt").read_text()
+    torch_pin = re.search(r"^torch==.+$", (ROOT / "constraints-cpu.txt").read_text(), re.MULTILINE)
+    assert torch_pin and re.search(f"^{re.escape(torch_pin[0])}$", pins36, flags=re.MULTILINE)
+    assert re.search(r"^triton==3\.6\.0$", pins36, flags=re.MULTILINE)
+    # Triton 3.6's interpreter breaks under NumPy >= 2.4 (tests/blocktable/interp_kernel.py)
+    numpy_pin = re.search(r"^numpy==(\d+)\.(\d+)\.\d+$", pins36, flags=re.MULTILINE)
+    assert numpy_pin and (int(numpy_pin[1]), int(numpy_pin[2])) < (2, 4)
