@@ -82,7 +82,7 @@ def child(argv: list[str]) -> int:
     import triton.runtime.cache as tc
     from triton import knobs
     from warmkit_triton import _keycache
-    from warmkit_triton._compat import require_triton
+    from warmkit_triton._triton_api import require_triton
 
     import warmkit
 

@@ -11,8 +11,8 @@ import pytest
 triton = pytest.importorskip("triton")
 
 from triton import knobs
-from triton.runtime.driver import driver
 from warmkit_triton import TritonBackend, _hooks
+from warmkit_triton import _triton_api as api
 from warmkit_triton._aot import _RoutingDriver
 
 from warmkit import monitor
@@ -39,7 +39,7 @@ def triton_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Pa
     monitor.disarm()
     monitor.clear()
     _kernels.forget_all()
-    saved_active = driver._active
+    saved_active = api.installed_driver()
     with knobs.runtime.scope(), knobs.compilation.scope():
         yield cache
         monitor.disarm()
@@ -47,5 +47,9 @@ def triton_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Pa
         _hooks.uninstall()
     _kernels.forget_all()
     # Triton creates its driver lazily on a GPU host; a test must never leave ours behind
-    assert not isinstance(driver._active, _RoutingDriver), "a test left the AOT driver installed"
-    assert saved_active is None or driver._active is saved_active, "a test replaced Triton's driver"
+    assert not isinstance(api.installed_driver(), _RoutingDriver), (
+        "a test left the AOT driver installed"
+    )
+    assert saved_active is None or api.installed_driver() is saved_active, (
+        "a test replaced Triton's driver"
+    )

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import triton.runtime.autotuner as tuner
 import triton.runtime.cache as tc
-from warmkit_triton import _keycache
+from warmkit_triton import _keycache, _triton_api
 
 
 def tritons_own():
@@ -37,21 +37,21 @@ def test_installed_and_equal_to_tritons_value(monkeypatch):
 
 def test_stored_then_hit_with_the_same_value(xdg):
     original = tritons_own()
-    value, how = _keycache._cached_key(original, tc)
+    value, how = _keycache._cached_key(original)
     assert (value, how) == (original(), "stored")
     data = json.loads(_keycache.cache_file().read_text())
     assert _keycache.cache_file() == xdg / "warmkit" / "triton-key.json"
     (entry,) = data["entries"].values()
     assert len(entry["libtriton_sha256"]) == 64 and entry["libtriton_sha256"] in value
-    value2, how2 = _keycache._cached_key(original, tc)
+    value2, how2 = _keycache._cached_key(original)
     assert (value2, how2) == (original(), "hit")
 
 
 def test_entry_keyed_by_the_library_identity(xdg):
     original = tritons_own()
-    _keycache._cached_key(original, tc)
+    _keycache._cached_key(original)
     ident = next(iter(json.loads(_keycache.cache_file().read_text())["entries"]))
-    lib = _keycache._libtriton(tc)
+    lib = _triton_api.libtriton_path()
     st = os.stat(lib)
     assert ident.split("|") == [
         os.path.realpath(lib),
@@ -68,19 +68,21 @@ def test_unreadable_cache_file_is_a_miss(xdg):
     path.parent.mkdir(parents=True)
     path.write_text("{not json")
     original = tritons_own()
-    assert _keycache._cached_key(original, tc) == (original(), "stored")
-    assert _keycache._cached_key(original, tc) == (original(), "hit")
+    assert _keycache._cached_key(original) == (original(), "stored")
+    assert _keycache._cached_key(original) == (original(), "hit")
 
 
 def test_a_key_built_differently_is_not_cached(xdg, monkeypatch):
     """A Triton whose triton_key() is not what we compose: its own value, marked unusable."""
     original = tritons_own()
-    real_compose = _keycache._compose
-    monkeypatch.setattr(_keycache, "_compose", lambda t, d: "other-scheme" + real_compose(t, d))
-    assert _keycache._cached_key(original, tc) == (original(), "unusable")
+    real_compose = _triton_api.compose_triton_key
+    monkeypatch.setattr(
+        _triton_api, "compose_triton_key", lambda d: "other-scheme" + real_compose(d)
+    )
+    assert _keycache._cached_key(original) == (original(), "unusable")
     (entry,) = json.loads(_keycache.cache_file().read_text())["entries"].values()
     assert entry.get("unusable") and "libtriton_sha256" not in entry
-    assert _keycache._cached_key(original, tc) == (original(), "unusable")
+    assert _keycache._cached_key(original) == (original(), "unusable")
 
 
 def test_unwritable_cache_dir_still_gives_the_value(tmp_path, monkeypatch):
@@ -88,7 +90,7 @@ def test_unwritable_cache_dir_still_gives_the_value(tmp_path, monkeypatch):
     blocker.write_text("")
     monkeypatch.setenv("XDG_CACHE_HOME", str(blocker))  # mkdir under a file fails
     original = tritons_own()
-    assert _keycache._cached_key(original, tc) == (original(), "stored")
+    assert _keycache._cached_key(original) == (original(), "stored")
 
 
 def test_leaves_a_foreign_replacement_alone(monkeypatch):
@@ -100,7 +102,7 @@ def test_leaves_a_foreign_replacement_alone(monkeypatch):
 _CHILD = textwrap.dedent(
     """
     import json, time
-    from warmkit_triton._compat import require_triton
+    from warmkit_triton._triton_api import require_triton
     require_triton()
     import triton.runtime.cache as tc
     from warmkit_triton import _keycache
@@ -152,13 +154,13 @@ def test_threads_asking_at_once_hash_once(monkeypatch):
 
     calls: list[int] = []
 
-    def slow(original, tc_module):
+    def slow(original):
         calls.append(1)
         time.sleep(0.2)
         return "the-key"
 
     monkeypatch.setattr(_keycache, "_compute", slow)
-    fn = _keycache._make_cached(lambda: "the-key", tc)
+    fn = _keycache._make_cached(lambda: "the-key")
     got: list[str] = []
     threads = [threading.Thread(target=lambda: got.append(fn())) for _ in range(8)]
     for t in threads:

@@ -21,10 +21,10 @@ import logging
 
 from ._aot import AotArtifact, Target, check_aot_cache, parse_target, validity_record
 from ._backend import TritonBackend
-from ._compat import TritonNotInstalledError
 from ._kernel import InterpretedExecutor, SpecializationMismatchError, TritonExecutor, TritonKernel
 from ._specialize import specialization_rep
 from ._tensor import WarmupTensor
+from ._triton_api import TritonNotInstalledError
 
 __all__ = [
     "AotArtifact",

@@ -33,7 +33,8 @@ from typing import Any
 
 import attrs
 
-from ._compat import require_triton
+from . import _triton_api as api
+from ._triton_api import require_triton
 
 __all__ = [
     "AOT_RECORD",
@@ -79,10 +80,7 @@ class Target:
 
     def gpu_target(self) -> Any:
         """The ``triton.backends.compiler.GPUTarget`` for this target."""
-        require_triton()
-        from triton.backends.compiler import GPUTarget
-
-        return GPUTarget(self.backend, self.arch, self.warp_size)
+        return api.gpu_target(self.backend, self.arch, self.warp_size)
 
 
 def parse_target(target: str) -> Target:
@@ -167,7 +165,7 @@ _current_aot: contextvars.ContextVar[AotDriver | None] = contextvars.ContextVar(
 
 
 class _RoutingDriver:
-    """Stands in ``triton.runtime.driver.driver._active`` while AOT compiles run."""
+    """Stands in Triton's active-driver slot (``api.installed_driver``) while AOT compiles run."""
 
     def __init__(self, previous: Any) -> None:
         self._previous = previous
@@ -177,9 +175,7 @@ class _RoutingDriver:
         if aot is not None:
             return aot
         if self._previous is None:
-            from triton.runtime.driver import driver
-
-            self._previous = driver.default  # raises as Triton would when there is no GPU
+            self._previous = api.default_driver()  # raises as Triton would when there is no GPU
         return self._previous
 
     def __getattr__(self, name: str) -> Any:
@@ -194,25 +190,21 @@ _router_saved: Any = None
 
 def _acquire_router() -> None:
     global _router_users, _router, _router_saved
-    from triton.runtime.driver import driver
-
     with _router_lock:
         if _router_users == 0:
-            _router_saved = driver._active
+            _router_saved = api.installed_driver()
             _router = _RoutingDriver(_router_saved)
-            driver._active = _router
+            api.set_installed_driver(_router)
         _router_users += 1
 
 
 def _release_router() -> None:
     global _router_users, _router, _router_saved
-    from triton.runtime.driver import driver
-
     with _router_lock:
         _router_users -= 1
         if _router_users == 0:
-            if driver._active is _router:
-                driver._active = _router_saved
+            if api.installed_driver() is _router:
+                api.set_installed_driver(_router_saved)
             else:
                 logger.warning(
                     "Triton's active driver was replaced during an AOT compile; leaving it as it is"
@@ -246,37 +238,14 @@ def aot_driver(drv: AotDriver) -> Iterator[None]:
 # -- what a cache entry is valid for ---------------------------------------------------------
 
 
-def _ptxas(arch: int) -> dict[str, str | None]:
-    try:
-        from triton.backends.nvidia import compiler as nv
-    except ImportError as exc:  # a Triton build without the NVIDIA backend
-        return {"path": None, "version": None, "error": str(exc)}
-    try:
-        tool = nv.get_ptxas(arch)
-        path = tool.path
-    except Exception as exc:  # noqa: BLE001 - report, do not fail the record
-        path = f"<unavailable: {exc}>"
-    try:
-        version = nv.get_ptxas_version(arch).strip()
-    except Exception as exc:  # noqa: BLE001
-        version = f"<unavailable: {exc}>"
-    return {"path": path, "version": version}
-
-
 def triton_key_digest() -> str:
     """sha256 of ``triton_key()``: Triton's own fingerprint of its wheel (version, sources, libtriton)."""
-    require_triton()
-    from triton.runtime.cache import triton_key
-
-    return hashlib.sha256(triton_key().encode("utf-8")).hexdigest()
+    return hashlib.sha256(api.triton_key().encode("utf-8")).hexdigest()
 
 
 def cache_dir() -> str:
     """The absolute Triton cache directory in effect (``TRITON_CACHE_DIR`` or ``~/.triton/cache``)."""
-    require_triton()
-    from triton import knobs
-
-    return os.path.abspath(knobs.cache.dir)
+    return api.cache_dir()
 
 
 def validity_record(target: Target | str) -> dict[str, Any]:
@@ -300,8 +269,6 @@ def validity_record(target: Target | str) -> dict[str, Any]:
         target: the target the entries were compiled for.
     """
     triton = require_triton()
-    from triton._C.libtriton import get_cache_invalidating_env_vars
-
     tgt = parse_target(target) if isinstance(target, str) else target
     return {
         "target": str(tgt),
@@ -314,8 +281,8 @@ def validity_record(target: Target | str) -> dict[str, Any]:
             "version": platform.python_version(),
         },
         "platform": {"system": platform.system(), "machine": platform.machine()},
-        "ptxas": _ptxas(tgt.arch),
-        "env": dict(sorted(get_cache_invalidating_env_vars().items())),
+        "ptxas": api.ptxas_info(tgt.arch),
+        "env": api.cache_invalidating_env(),
         "cache_dir": cache_dir(),
         "remote_cache_backend": os.environ.get("TRITON_REMOTE_CACHE_BACKEND"),
         "cache_manager": os.environ.get("TRITON_CACHE_MANAGER"),
@@ -367,9 +334,7 @@ _record_lock = threading.Lock()
 
 def _cached_record(target: Target) -> dict[str, Any]:
     """``validity_record`` without ``created``, memoized per target and environment."""
-    from triton._C.libtriton import get_cache_invalidating_env_vars
-
-    memo = json.dumps([str(target), cache_dir(), sorted(get_cache_invalidating_env_vars().items())])
+    memo = json.dumps([str(target), cache_dir(), sorted(api.cache_invalidating_env().items())])
     with _record_lock:
         rec = _record_cache.get(memo)
         if rec is None:
@@ -476,9 +441,9 @@ def check_aot_cache(cache: str | os.PathLike[str] | None = None) -> list[str]:
                     f"[{tgt}] {entry.name}: {field} differs: built with {recorded.get(field)!r}, "
                     f"this process has {here[tgt].get(field)!r}"
                 )
-        for grp in entry.glob("__grp__*.json"):
+        for grp in entry.glob(api.GROUP_FILE_GLOB):
             try:
-                paths = json.loads(grp.read_text()).get("child_paths", {}).values()
+                paths = api.group_children(grp).values()
             except (OSError, ValueError):
                 problems.append(f"[{tgt}] {entry.name}: unreadable group file {grp.name}")
                 continue
@@ -504,16 +469,8 @@ def relocate_cache_entry(staged: str | os.PathLike[str], final: str | os.PathLik
     """
     from warmkit._integrity import update_record
 
-    staged_p, final_p = Path(staged), Path(final)
-    groups = sorted(staged_p.glob("__grp__*.json"))
-    for grp in groups:
-        data = json.loads(grp.read_text())
-        children = data.get("child_paths", {})
-        data["child_paths"] = {name: str(final_p / Path(p).name) for name, p in children.items()}
-        tmp = grp.with_name(f".{grp.name}.tmp")
-        tmp.write_text(json.dumps(data))
-        os.replace(tmp, grp)
-    update_record(staged_p, [g.name for g in groups])
+    groups = api.relocate_group_files(staged, final)
+    update_record(Path(staged), groups)
 
 
 def fingerprint(target: Target | None) -> dict[str, str]:
@@ -521,8 +478,6 @@ def fingerprint(target: Target | None) -> dict[str, str]:
     rec = _cached_record(target) if target is not None else None
     if rec is None:
         triton = require_triton()
-        from triton._C.libtriton import get_cache_invalidating_env_vars
-
         rec = {
             "target": "none",
             "triton_version": triton.__version__,
@@ -532,7 +487,7 @@ def fingerprint(target: Target | None) -> dict[str, str]:
                 "soabi": sysconfig.get_config_var("SOABI"),
             },
             "ptxas": {"version": None},
-            "env": dict(sorted(get_cache_invalidating_env_vars().items())),
+            "env": api.cache_invalidating_env(),
         }
     return {
         "target": str(rec["target"]),

@@ -29,13 +29,14 @@ import os
 import threading
 import weakref
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import attrs
 
 from . import _hooks
+from . import _triton_api as api
 from ._aot import (
     AotArtifact,
     AotDriver,
@@ -49,14 +50,8 @@ from ._aot import (
     write_entry_record,
 )
 from ._cache import entry_dir, record_entry, verify_cache_entry, verifying
-from ._compat import INSTALL_HINT, TritonNotInstalledError, require_triton
-from ._kernel import (
-    InterpretedExecutor,
-    TritonExecutor,
-    check_warmup_args,
-    is_interpreted,
-    specialization_of,
-)
+from ._kernel import InterpretedExecutor, TritonExecutor, check_warmup_args
+from ._triton_api import INSTALL_HINT, TritonNotInstalledError, require_triton
 
 __all__ = ["TritonBackend"]
 
@@ -81,23 +76,6 @@ class _ContextThreadPool(ThreadPoolExecutor):
         return super().submit(ctx.run, fn, *args, **kwargs)
 
 
-def _async_mode_class() -> type:
-    from triton.runtime._async_compile import AsyncCompileMode
-
-    class _LockedAsyncCompileMode(AsyncCompileMode):  # type: ignore[misc, valid-type]
-        """``AsyncCompileMode`` whose dedupe (``submit``) is safe across the core's threads."""
-
-        def __init__(self, executor: Any) -> None:
-            super().__init__(executor, ignore_errors=True)
-            self._warmkit_lock = threading.Lock()
-
-        def submit(self, *args: Any) -> Any:
-            with self._warmkit_lock:
-                return super().submit(*args)
-
-    return _LockedAsyncCompileMode
-
-
 @attrs.define
 class _Scope:
     target: Target | None
@@ -110,29 +88,15 @@ class _Scope:
     lock: threading.Lock = attrs.Factory(threading.Lock)
 
 
-def _is_future(kernel: Any) -> bool:
-    from triton.runtime._async_compile import FutureKernel
-
-    return isinstance(kernel, FutureKernel)
-
-
 def _resolve(kernel: Any) -> Any:
     """A ``FutureKernel`` -> its ``CompiledKernel`` (thread-safe); anything else unchanged."""
-    if not _is_future(kernel):
-        return kernel
-    fut = getattr(kernel, "future", None)
-    if fut is not None:
-        wait([fut])  # wait outside the lock: other threads resolve their own kernels meanwhile
-    with _prep_lock:
-        return kernel.result()
+    return api.future_result(kernel, _prep_lock)
 
 
 @contextlib.contextmanager
 def _device_guard(device: Any) -> Iterator[Any]:
     """Make ``device`` current in this thread (the core's worker threads start on device 0)."""
-    from triton.runtime.driver import driver
-
-    active = driver.active
+    active = api.active_driver()
     current = active.get_current_device()
     if device is None or device == current:
         yield current
@@ -146,13 +110,11 @@ def _device_guard(device: Any) -> Iterator[Any]:
 
 def _real_driver() -> Any:
     """Triton's driver for this process's device, never the AOT router; raises when there is no GPU."""
-    from triton.runtime.driver import driver
-
     from ._aot import _RoutingDriver
 
-    active = driver._active
+    active = api.installed_driver()
     if active is None or isinstance(active, _RoutingDriver):
-        return driver.default
+        return api.default_driver()
     return active
 
 
@@ -195,10 +157,7 @@ class TritonBackend:
         tensors and a device warmup only prepares interpreter executors.
         """
         try:
-            require_triton()
-            from triton import knobs
-
-            if knobs.runtime.interpret:
+            if api.interpreting():
                 return INTERPRETER
             target = _real_driver().get_current_target()
         except Exception as exc:  # noqa: BLE001 - no GPU, no driver: no default target
@@ -251,7 +210,7 @@ class TritonBackend:
                     logger.debug("compile_scope: no device (%s)", exc)
             if scope.jobs > 1:
                 scope.pool = _ContextThreadPool(scope.jobs, thread_name_prefix="warmkit-triton")
-                scope.mode = _async_mode_class()(scope.pool)
+                scope.mode = api.async_compile_mode(scope.pool)
             skey = str(tgt) if tgt is not None else None
             with self._scopes_lock:
                 self._scopes.setdefault(skey, []).append(scope)
@@ -275,7 +234,7 @@ class TritonBackend:
             _replace_futures(fn)
             if scope.driver is not None:
                 # the AOT binder and its CompiledKernels (cubins in memory) are not needed any more
-                fn.device_caches.pop(scope.driver.device, None)
+                api.drop_device(fn, scope.driver.device)
 
     def _scope_for(self, target: str | None) -> _Scope | None:
         with self._scopes_lock:
@@ -309,14 +268,14 @@ class TritonBackend:
         tgt = parse_target(target) if target is not None else None
         name = getattr(kernel, "name", type(kernel).__qualname__)
         fn = getattr(kernel, "fn", None)
-        if fn is None or not hasattr(fn, "warmup"):
+        if fn is None or not api.is_jit_function(fn):
             raise TypeError(
                 f"kernel {name!r} uses the triton backend but has no @triton.jit fn; "
                 "subclass warmkit_triton.TritonKernel and set fn"
             )
         options = dict(kernel.launch_options(key) or {})
         args, kwargs = check_warmup_args(name, fn, kernel.warmup_args(key), options)
-        if is_interpreted(fn):
+        if api.is_interpreted(fn):
             if tgt is not None:
                 raise RuntimeError(
                     f"kernel {name!r}: TRITON_INTERPRET=1 is set, so Triton interprets kernels and "
@@ -330,21 +289,16 @@ class TritonBackend:
             return self._compile_device(name, key, kernel, fn, args, kwargs, options, scope)
 
     def _warmup(self, fn: Any, args: Any, kwargs: Any, options: Any, scope: _Scope | None) -> Any:
-        from triton.runtime import _async_compile
-
         def call() -> Any:
-            return fn.warmup(*args, grid=(1,), **kwargs, **options)
+            return api.warmup(fn, args, kwargs, options)
 
         if scope is not None:
             scope.fns.add(fn)
         if scope is None or scope.mode is None:
             kernel = call()
         else:
-            token = _async_compile.active_mode.set(scope.mode)
-            try:
+            with api.active_async_mode(scope.mode):
                 kernel = call()
-            finally:
-                _async_compile.active_mode.reset(token)
             kernel = _resolve(kernel)
             # The same call again, synchronously: an in-memory hit that also makes sure
             # this exact launch signature has its entry when its compile was shared
@@ -364,13 +318,8 @@ class TritonBackend:
         exposes a placeholder to other threads while it runs); doing it here
         first keeps parallel compiles from racing on them.
         """
-        from triton.runtime.driver import driver
-
         with _prep_lock:
-            _ = fn.cache_key
-            device = driver.active.get_current_device()
-            _ = fn.device_caches[device]
-            return device
+            return api.prepare_function(fn)
 
     def _compile_device(
         self,
@@ -397,11 +346,14 @@ class TritonBackend:
             compiled = self._warmup(fn, args, kwargs, options, scope)
             # Load the module and build the launcher now (Triton 3.6 builds a C launcher
             # with gcc here), so that the first real launch builds and loads nothing.
-            compiled._init_handles()
-            spec = specialization_of(fn, device, [_wrap(a) for a in args], {**kwargs, **options})
-        hit = _hooks.pop_outcome(compiled.hash)
+            api.load_handles(compiled)
+            spec = api.specialization_of(
+                fn, device, [api.wrap_warmup_arg(a) for a in args], {**kwargs, **options}
+            )
+        digest = api.compiled_identity(compiled)[0]
+        hit = _hooks.pop_outcome(digest)
         if hit is False:
-            record_entry(entry_dir(cache_dir(), compiled.hash))
+            record_entry(entry_dir(cache_dir(), digest))
         executor = TritonExecutor(
             kernel=name,
             key=key,
@@ -440,13 +392,14 @@ class TritonBackend:
         with aot_driver(drv):
             self._prepare(fn)
             compiled = self._warmup(fn, args, kwargs, options, scope)
-        hit = _hooks.pop_outcome(compiled.hash)
+        digest, fname = api.compiled_identity(compiled)
+        hit = _hooks.pop_outcome(digest)
         artifact = AotArtifact(
             kernel=name,
             key=key,
             target=str(tgt),
-            hash=compiled.hash,
-            name=compiled.name,
+            hash=digest,
+            name=fname,
             cache_dir=cache_dir(),
             cache_hit=hit is not False,
         )
@@ -454,7 +407,7 @@ class TritonBackend:
         if not artifact.cache_hit:
             record_entry(artifact.entry_dir)
         if scope is None:
-            fn.device_caches.pop(drv.device, None)
+            api.drop_device(fn, drv.device)
         logger.debug(
             "kernel %s key %r: %s for %s (%s)",
             name,
@@ -497,13 +450,9 @@ class TritonBackend:
         the new directory, so within the block each kernel's in-memory cache is
         dropped before its first compile.
         """
-        require_triton()
-        from triton import knobs
-
         path = Path(directory).resolve()
         path.mkdir(parents=True, exist_ok=True)
-        with knobs.cache.scope():
-            knobs.cache.dir = str(path)
+        with api.cache_dir_scope(path):
             with self._scopes_lock:
                 self._redirects += 1
             try:
@@ -529,8 +478,8 @@ class TritonBackend:
             if fn in self._forgotten:
                 return
             self._forgotten.add(fn)
-            for entry in list(getattr(fn, "device_caches", {}).values()):
-                entry[0].clear()
+            for cache in api.kernel_caches(fn):
+                cache.clear()
 
     # -- runtime monitor ---------------------------------------------------------------------------
 
@@ -555,13 +504,6 @@ class TritonBackend:
         return "<TritonBackend>"
 
 
-def _wrap(arg: Any) -> Any:
-    """What ``JITFunction.warmup`` does to each positional argument (torch dtypes become mock tensors)."""
-    from triton.runtime.jit import MockTensor
-
-    return MockTensor.wrap_dtype(arg)
-
-
 def _replace_futures(fn: Any) -> None:
     """Swap resolved ``FutureKernel`` placeholders in ``fn``'s in-memory caches for their kernels.
 
@@ -569,14 +511,8 @@ def _replace_futures(fn: Any) -> None:
     compile; every later launch through ``fn[grid]`` would then pay an extra
     attribute indirection.
     """
-    try:
-        caches = list(fn.device_caches.values())
-    except AttributeError:
-        return
-    for entry in caches:
-        kernel_cache = entry[0]
+    for kernel_cache in api.kernel_caches(fn):
         for k, v in list(kernel_cache.items()):
-            if _is_future(v):
-                done = v.__dict__.get("kernel")
-                if done is not None:
-                    kernel_cache[k] = done
+            done = api.resolved_future(v)
+            if done is not None:
+                kernel_cache[k] = done

@@ -35,14 +35,14 @@ import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from . import _triton_api as api
+
 __all__ = [
     "describe_specialization",
-    "hooks_active",
     "install",
     "managed",
     "pop_outcome",
     "probe",
-    "reporting",
     "uninstall",
 ]
 
@@ -186,19 +186,10 @@ class _ChainedListener:
 def _on_cache_miss(kw: dict[str, Any]) -> None:
     if _is_managed() or not _reporting:
         return
-    info = kw.get("fn")
-    jit_fn = getattr(info, "jit_function", None)
-    comp = kw.get("compile") or {}
-    options = {k: comp.get(k) for k in ("num_warps", "num_stages", "num_ctas")}
-    configs = comp.get("configs") or [{}]
-    spec = describe_specialization(
-        comp.get("signature", {}), comp.get("constants", {}), configs[0], options
-    )
-    kernel = (
-        _kernel_name(jit_fn)
-        if jit_fn is not None
-        else f"{getattr(info, 'module', '?')}.{getattr(info, 'name', '?')}"
-    )
+    event = api.miss_event(kw)
+    jit_fn = event.jit_fn
+    spec = describe_specialization(event.signature, event.constants, event.attrs, event.options)
+    kernel = _kernel_name(jit_fn) if jit_fn is not None else event.name
     # In "error" mode this raises RuntimeCompileError, before Triton compiles anything.
     _monitor().on_miss(kernel=kernel, key=spec, backend=BACKEND, context=None)
     with _lock:
@@ -210,9 +201,8 @@ def _on_cache_miss(kw: dict[str, Any]) -> None:
 
 
 def _on_compiled(kw: dict[str, Any]) -> None:
-    metadata = kw.get("metadata") or {}
-    cache_hit = bool(kw.get("cache_hit"))
-    digest = metadata.get("hash")
+    event = api.compile_event(kw)
+    cache_hit, digest = event.cache_hit, event.hash
     if _is_managed():
         if digest is not None:
             with _lock:
@@ -222,8 +212,7 @@ def _on_compiled(kw: dict[str, Any]) -> None:
         return
     if not _reporting:
         return
-    src = kw.get("src")
-    jit_fn = getattr(src, "fn", None)
+    jit_fn = event.jit_fn
     with _lock:
         queue = _pending.get(id(jit_fn))
         entry = queue.popleft() if queue else None
@@ -237,15 +226,11 @@ def _on_compiled(kw: dict[str, Any]) -> None:
         t0, spec = entry
         seconds = time.perf_counter() - t0
     else:
-        times = kw.get("times")
-        seconds = getattr(times, "total", 0) / 1e6 if times is not None else 0.0
+        seconds = event.seconds
         spec = describe_specialization(
-            getattr(src, "signature", {}) or {},
-            getattr(src, "constants", {}) or {},
-            getattr(src, "attrs", {}) or {},
-            metadata,
+            event.signature, event.constants, event.attrs, event.metadata
         )
-    kernel = _kernel_name(jit_fn) if jit_fn is not None else str(getattr(src, "name", "?"))
+    kernel = _kernel_name(jit_fn) if jit_fn is not None else event.name
     _monitor().record(
         kernel=kernel,
         key=spec,
@@ -282,23 +267,22 @@ def _on_load_end(module: Any, function: Any, name: str, metadata_group: Any, has
 
 def _install_locked() -> None:
     global _cache_hook, _listener, _load_hooks_added
-    from triton import knobs
-
-    current = knobs.runtime.jit_cache_hook
+    current = api.get_jit_cache_hook()
     if _cache_hook is None or current is not _cache_hook:
         if _cache_hook is not None:
             _cache_hook.active = False  # left inside someone else's chain: pass-through
         _cache_hook = _ChainedCacheHook(current)
-        knobs.runtime.jit_cache_hook = _cache_hook
-    current_listener = knobs.compilation.listener
+        api.set_jit_cache_hook(_cache_hook)
+    current_listener = api.get_compilation_listener()
     if _listener is None or current_listener is not _listener:
         if _listener is not None:
             _listener.active = False
         _listener = _ChainedListener(current_listener)
-        knobs.compilation.listener = _listener
+        api.set_compilation_listener(_listener)
     if not _load_hooks_added:
-        start, end = knobs.runtime.kernel_load_start_hook, knobs.runtime.kernel_load_end_hook
-        if hasattr(start, "add") and hasattr(end, "add"):
+        chains = api.load_hooks()
+        if chains is not None:
+            start, end = chains
             start.add(_on_load_start)
             end.add(_on_load_end)
             _load_hooks_added = True
@@ -308,11 +292,9 @@ def _uninstall_locked() -> None:
     global _cache_hook, _listener, _load_hooks_added
     if _cache_hook is None and _listener is None and not _load_hooks_added:
         return
-    from triton import knobs
-
     if _cache_hook is not None:
-        if knobs.runtime.jit_cache_hook is _cache_hook:
-            knobs.runtime.jit_cache_hook = _cache_hook.previous
+        if api.get_jit_cache_hook() is _cache_hook:
+            api.set_jit_cache_hook(_cache_hook.previous)
         else:
             _cache_hook.active = False
             logger.debug(
@@ -320,8 +302,8 @@ def _uninstall_locked() -> None:
             )
         _cache_hook = None
     if _listener is not None:
-        if knobs.compilation.listener is _listener:
-            knobs.compilation.listener = _listener.previous
+        if api.get_compilation_listener() is _listener:
+            api.set_compilation_listener(_listener.previous)
         else:
             _listener.active = False
             logger.debug(
@@ -329,10 +311,10 @@ def _uninstall_locked() -> None:
             )
         _listener = None
     if _load_hooks_added:
-        start, end = knobs.runtime.kernel_load_start_hook, knobs.runtime.kernel_load_end_hook
-        if hasattr(start, "remove"):
+        chains = api.load_hooks()
+        if chains is not None:
+            start, end = chains
             start.remove(_on_load_start)
-        if hasattr(end, "remove"):
             end.remove(_on_load_end)
         _load_hooks_added = False
 
@@ -355,18 +337,6 @@ def uninstall() -> None:
         if _probes == 0:
             _uninstall_locked()
     logger.debug("Triton runtime hooks uninstalled")
-
-
-def reporting() -> bool:
-    """Whether events are being reported to the monitor."""
-    return _reporting
-
-
-def hooks_active() -> bool:
-    """Whether our hooks are the ones installed in Triton's knobs right now."""
-    from triton import knobs
-
-    return _cache_hook is not None and knobs.runtime.jit_cache_hook is _cache_hook
 
 
 @contextlib.contextmanager

@@ -45,6 +45,8 @@ from typing import Any, ClassVar, TypeVar
 
 from warmkit import JitKernel, KernelDefinitionError
 
+from . import _triton_api as api
+
 __all__ = [
     "InterpretedExecutor",
     "SpecializationMismatchError",
@@ -123,7 +125,7 @@ class TritonKernel(JitKernel[K]):
             raise KernelDefinitionError(
                 cls, "is a TritonKernel without fn: set fn = <your @triton.jit function>"
             )
-        if not (hasattr(fn, "warmup") and hasattr(fn, "arg_names")) or isinstance(fn, type):
+        if not api.is_jit_function(fn):
             raise KernelDefinitionError(
                 cls, f"fn must be a @triton.jit function, got {type(fn).__name__} {fn!r}"
             )
@@ -185,29 +187,9 @@ class TritonKernel(JitKernel[K]):
 # -- argument checks ------------------------------------------------------------------------------
 
 
-def _params(fn: Any) -> tuple[list[str], dict[str, Any]]:
-    """Parameter names and defaults of a JITFunction (or InterpretedFunction)."""
-    import inspect
-
-    names = list(fn.arg_names)
-    sig = getattr(fn, "signature", None) or inspect.signature(fn.fn)
-    defaults = {
-        n: p.default for n, p in sig.parameters.items() if p.default is not inspect.Parameter.empty
-    }
-    return names, defaults
-
-
 def _suggest(name: str, names: Sequence[str]) -> str:
     close = difflib.get_close_matches(name, list(names), n=1)
     return f" (did you mean {close[0]!r}?)" if close else ""
-
-
-def _launch_option_names() -> set[str] | None:
-    try:
-        from triton.backends.nvidia.compiler import CUDAOptions
-    except ImportError:
-        return None
-    return set(CUDAOptions.__dataclass_fields__) | {"debug", "instrumentation_mode"}
 
 
 def check_warmup_args(
@@ -236,7 +218,7 @@ def check_warmup_args(
             f"got {type(warmup).__name__} {warmup!r:.200}"
         )
     args, kwargs = tuple(warmup[0]), dict(warmup[1])
-    names, defaults = _params(fn)
+    names, defaults = api.jit_params(fn)
     listing = f"{fname}({', '.join(names)})"
     if len(args) > len(names):
         raise TypeError(
@@ -247,7 +229,7 @@ def check_warmup_args(
     for name in kwargs:
         if name not in names:
             hint = ""
-            if name in (_launch_option_names() or ()):
+            if name in (api.launch_option_names() or ()):
                 hint = "; launch options belong in launch_options(key)"
             raise TypeError(
                 f"kernel {kernel!r}: warmup_args passes {name!r}, which is not a parameter of "
@@ -258,7 +240,7 @@ def check_warmup_args(
                 f"kernel {kernel!r}: warmup_args gives parameter {name!r} of {listing} both "
                 "positionally and by keyword"
             )
-    known = _launch_option_names()
+    known = api.launch_option_names()
     for name in options:
         if name in names:
             raise TypeError(
@@ -335,69 +317,41 @@ class TritonExecutor:
         self.cache_hit = cache_hit
         self._specialization = specialization
         self._verify = verify or _verify_default()
-        self._names, self._defaults = _params(fn)
+        self._names, self._defaults = api.jit_params(fn)
         self._nparams = len(self._names)
         # names to take from kwargs, by number of positional arguments
         self._tails = {i: tuple(self._names[i:]) for i in range(self._nparams + 1)}
-        from triton import knobs
-        from triton.knobs import HookChain
-        from triton.runtime.driver import driver
-
-        self._knobs_runtime = knobs.runtime
-        self._hookchain = HookChain
-        active = driver.active
+        self._pre_run_hooks = api.pre_run_hooks(fn)
+        active = api.active_driver()
         self._get_device = _fast_device_getter(active)
         self._get_stream = active.get_current_stream
         self.fast = False
         self.primed = False
         self.launch_path = "fn[grid]"
-        try:
-            launcher = compiled.run  # loads the module and builds the launcher if not yet done
-            self._function = compiled.function
-            self._packed = compiled.packed_metadata
-        except AttributeError as exc:
-            logger.debug("kernel %s: no fast launch (%s); using fn[grid]", kernel, exc)
-            return
-        if launcher is None or self._function is None:
+        launcher = api.launcher_of(
+            compiled
+        )  # loads the module and builds the launcher if not yet done
+        if launcher is None:
+            logger.debug("kernel %s: no fast launch; using fn[grid]", kernel)
             return
         self._launcher = launcher
-        self._go, self.launch_path = _direct_launch(launcher, self._packed)
+        self._function = launcher.function
+        self._go, self.launch_path = api.direct_launch(compiled, launcher)
         self.fast = True
 
     def __call__(self, grid: Any, *args: Any, **kwargs: Any) -> None:
         if kwargs or len(args) != self._nparams:
             args = self._bind(args, kwargs)
-        if not self.fast or self.fn.pre_run_hooks:
+        if not self.fast or self._pre_run_hooks:
             return self.fn[grid](*args, **self.launch_options)
         device = self._get_device()
         if device != self.device:
             return self.fn[grid](*args, **self.launch_options)
         if self._verify:
             self._check(args)
-        stream = self._get_stream(device)
         if callable(grid):
             grid = grid(dict(zip(self._names, args)))
-        n = len(grid)
-        rt = self._knobs_runtime
-        enter, leave = rt.launch_enter_hook, rt.launch_exit_hook
-        hc = self._hookchain
-        if (enter is None or (type(enter) is hc and not enter.calls)) and (
-            leave is None or (type(leave) is hc and not leave.calls)
-        ):
-            meta = enter = leave = None
-        else:
-            meta = self.compiled.launch_metadata(grid, stream, *args)
-        self._go(
-            grid[0],
-            grid[1] if n > 1 else 1,
-            grid[2] if n > 2 else 1,
-            stream,
-            self._function,
-            meta,
-            enter,
-            leave,
-            args,
-        )
+        self._go(grid, self._get_stream(device), self._function, args)
         return None
 
     def prime(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> bool:
@@ -439,7 +393,9 @@ class TritonExecutor:
                     if self.launch_path.startswith("direct"):
                         # the installed Triton's launcher takes another argument layout
                         logger.debug("direct launch rejected (%s); using the launcher object", exc)
-                        self._go, self.launch_path = _launcher_call(self._launcher, self._packed)
+                        self._go, self.launch_path = api.direct_launch(
+                            self.compiled, self._launcher, layout="launcher"
+                        )
                         continue
                     logger.debug("kernel %s: launch path not primed (%s)", self.kernel, exc)
                     return False
@@ -473,7 +429,7 @@ class TritonExecutor:
     def _check(self, args: tuple[Any, ...]) -> None:
         if self._specialization is None:
             return
-        spec = specialization_of(self.fn, self.device, args, self.launch_options)
+        spec = api.specialization_of(self.fn, self.device, args, self.launch_options)
         for name, want, got in zip(self._names, self._specialization, spec):
             if tuple(want) != tuple(got):
                 raise SpecializationMismatchError(self.kernel, self.key, name, want, got)
@@ -495,96 +451,6 @@ def _fast_device_getter(active: Any) -> Any:
     except (ImportError, AttributeError):
         pass
     return getter
-
-
-def _launcher_call(launcher: Any, packed: Any) -> tuple[Any, str]:
-    def go(
-        gx: int,
-        gy: int,
-        gz: int,
-        stream: Any,
-        function: Any,
-        meta: Any,
-        enter: Any,
-        leave: Any,
-        args: Any,
-    ) -> None:
-        launcher(gx, gy, gz, stream, function, packed, meta, enter, leave, *args)
-
-    return go, "launcher"
-
-
-def _direct_launch(launcher: Any, packed: Any) -> tuple[Any, str]:
-    """Call the CUDA launcher's C function directly when its layout is known and no scratch is needed.
-
-    ``CudaLauncher.__call__`` only allocates scratch buffers (none for most
-    kernels) and forwards to its C ``launch``, whose argument layout differs
-    between Triton 3.6 (per-signature launcher: scratch buffers, then the
-    metadata and hooks, then each argument) and 3.9 (generic launcher: the
-    metadata and hooks, the scratch buffers, then the argument annotations,
-    the packed signature and the arguments as one tuple).
-    """
-    if type(launcher).__name__ != "CudaLauncher":
-        return _launcher_call(launcher, packed)
-    launch = getattr(launcher, "launch", None)
-    needs_scratch = getattr(launcher, "global_scratch_size", 1) or getattr(
-        launcher, "profile_scratch_size", 1
-    )
-    if launch is None or needs_scratch or getattr(launcher, "gsan_enabled", False):
-        return _launcher_call(launcher, packed)
-    coop = launcher.launch_cooperative_grid
-    pdl = launcher.launch_pdl
-    if hasattr(launcher, "arg_annotations") and hasattr(launcher, "kernel_signature"):
-        annotations, signature = launcher.arg_annotations, launcher.kernel_signature
-
-        def go39(
-            gx: int,
-            gy: int,
-            gz: int,
-            stream: Any,
-            function: Any,
-            meta: Any,
-            enter: Any,
-            leave: Any,
-            args: Any,
-        ) -> None:
-            launch(
-                gx,
-                gy,
-                gz,
-                stream,
-                function,
-                coop,
-                pdl,
-                packed,
-                meta,
-                enter,
-                leave,
-                None,
-                None,
-                annotations,
-                signature,
-                args,
-            )
-
-        return go39, "direct-3.9"
-
-    def go36(
-        gx: int,
-        gy: int,
-        gz: int,
-        stream: Any,
-        function: Any,
-        meta: Any,
-        enter: Any,
-        leave: Any,
-        args: Any,
-    ) -> None:
-        launch(
-            gx, gy, gz, stream, function, coop, pdl, None, None, packed, meta, enter, leave, *args
-        )
-
-    return go36, "direct-3.6"
 
 
 def bind_args(
@@ -627,15 +493,6 @@ def bind_args(
     return tuple(out)
 
 
-def specialization_of(
-    fn: Any, device: Any, args: Sequence[Any], options: Mapping[str, Any]
-) -> list[Any]:
-    """Triton's own specialization of a call, from the function's generated binder."""
-    binder = fn.device_caches[device][-1]
-    _, spec, _ = binder(*args, **options)
-    return [tuple(s) if isinstance(s, (list, tuple)) else s for s in spec]
-
-
 class InterpretedExecutor:
     """The executor under ``TRITON_INTERPRET=1``: nothing compiles, launches run in Triton's interpreter.
 
@@ -660,8 +517,3 @@ class InterpretedExecutor:
 
     def __repr__(self) -> str:
         return f"<InterpretedExecutor {self.kernel} key={self.key!r}>"
-
-
-def is_interpreted(fn: Any) -> bool:
-    """Whether ``fn`` was made under ``TRITON_INTERPRET=1`` (an ``InterpretedFunction``)."""
-    return type(fn).__name__ == "InterpretedFunction"

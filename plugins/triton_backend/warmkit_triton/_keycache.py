@@ -27,20 +27,18 @@ value is therefore always Triton's own.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
-import pkgutil
 import re
-import sys
-import sysconfig
 import threading
 import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from . import _triton_api as api
 
 __all__ = ["ENV", "cache_file", "enabled", "install", "outcome", "uninstall"]
 
@@ -54,7 +52,7 @@ _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _MARK = "_warmkit_key_cache"
 
 _lock = threading.Lock()
-_patched: dict[str, Any] = {}  # module name -> the original it held
+_patched: dict[str, tuple[Any, Any]] = {}  # module name -> (the original it held, ours)
 _original: Callable[[], str] | None = None
 _outcome: str | None = None
 
@@ -81,18 +79,6 @@ def outcome() -> str | None:
     return _outcome
 
 
-def _is_tritons_own(fn: Any) -> bool:
-    """Whether ``fn`` is Triton's memoized ``triton_key`` (not someone else's replacement)."""
-    inner = getattr(fn, "__wrapped__", None)
-    code = getattr(inner, "__code__", None)
-    return (
-        code is not None
-        and code.co_name == "triton_key"
-        and getattr(fn, "__module__", None) == "triton.runtime.cache"
-        and hasattr(fn, "cache_info")
-    )
-
-
 def install() -> bool:
     """Replace Triton's ``triton_key`` by the cached one (idempotent, thread-safe).
 
@@ -106,23 +92,18 @@ def install() -> bool:
         return False
     with _lock:
         try:
-            import triton.runtime.cache as tc
+            current = api.triton_key_function()
         except ImportError:
             return False
-        current = getattr(tc, "triton_key", None)
         if getattr(current, _MARK, False):
             return True
-        if not _is_tritons_own(current):
+        if not api.is_tritons_triton_key(current):
             logger.debug("triton_key was replaced by %r; not caching it", current)
             return False
-        patched = _make_cached(current, tc)
+        patched = _make_cached(current)
         _original = current
-        for name, mod in list(sys.modules.items()):
-            if (name == "triton" or name.startswith("triton.")) and getattr(
-                mod, "triton_key", None
-            ) is current:
-                mod.triton_key = patched
-                _patched[name] = current
+        for name in api.replace_triton_key(current, patched):
+            _patched[name] = (current, patched)
         logger.debug("cached triton_key installed in %s", ", ".join(sorted(_patched)))
         return True
 
@@ -131,16 +112,14 @@ def uninstall() -> None:
     """Put Triton's own ``triton_key`` back where :func:`install` replaced it (for tests)."""
     global _original, _outcome
     with _lock:
-        for name, original in _patched.items():
-            mod = sys.modules.get(name)
-            if mod is not None and getattr(getattr(mod, "triton_key", None), _MARK, False):
-                mod.triton_key = original
+        for name, (original, patched) in _patched.items():
+            api.replace_triton_key(patched, original, modules=[name])
         _patched.clear()
         _original = None
         _outcome = None
 
 
-def _make_cached(original: Callable[[], str], tc: Any) -> Callable[[], str]:
+def _make_cached(original: Callable[[], str]) -> Callable[[], str]:
     done: list[str] = []
     once = threading.Lock()
 
@@ -154,7 +133,7 @@ def _make_cached(original: Callable[[], str], tc: Any) -> Callable[[], str]:
             return done[0]
         with once:
             if not done:
-                done.append(_compute(original, tc))
+                done.append(_compute(original))
         return done[0]
 
     setattr(triton_key, _MARK, True)
@@ -162,47 +141,15 @@ def _make_cached(original: Callable[[], str], tc: Any) -> Callable[[], str]:
     return triton_key
 
 
-def _compute(original: Callable[[], str], tc: Any) -> str:
+def _compute(original: Callable[[], str]) -> str:
     global _outcome
     try:
-        value, _outcome = _cached_key(original, tc)
+        value, _outcome = _cached_key(original)
     except Exception as exc:
         logger.debug("triton_key cache failed (%s); using Triton's own", exc, exc_info=True)
         _outcome = "error"
         return original()
     return value
-
-
-def _libtriton(tc: Any) -> Path:
-    """The shared library ``triton_key`` hashes (same path rule as Triton's)."""
-    root = os.path.dirname(os.path.dirname(os.path.abspath(tc.__file__)))
-    ext = sysconfig.get_config_var("EXT_SUFFIX").split(".")[-1]
-    return Path(root, "_C", f"libtriton.{ext}")
-
-
-def _file_sha(path: str) -> str:
-    with open(path, "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()
-
-
-def _package_shas(directory: str, prefix: str) -> list[str]:
-    """sha256 of every module Triton's key walks under ``directory``, in its walk order."""
-    out = []
-    for info in pkgutil.walk_packages([directory], prefix=prefix):
-        spec = info.module_finder.find_spec(info.name)  # type: ignore[call-arg]
-        out.append(_file_sha(spec.origin))
-    return out
-
-
-def _compose(tc: Any, libtriton_sha: str) -> str:
-    """``triton_key()``'s value with ``libtriton_sha`` in place of the library's digest."""
-    root = os.path.dirname(os.path.dirname(os.path.abspath(tc.__file__)))
-    parts = [_file_sha(tc.__file__)]
-    parts += _package_shas(os.path.join(root, "compiler"), "triton.compiler.")
-    parts += _package_shas(os.path.join(root, "backends"), "triton.backends.")
-    parts.append(libtriton_sha)
-    parts += _package_shas(os.path.join(root, "language"), "triton.language.")
-    return f"{tc.__version__}" + "-".join(parts)
 
 
 def _identity(lib: Path, version: str) -> str:
@@ -238,24 +185,25 @@ def _store(path: Path, ident: str, entry: dict[str, Any]) -> None:
         logger.debug("cannot write %s: %s", path, exc)
 
 
-def _cached_key(original: Callable[[], str], tc: Any) -> tuple[str, str]:
-    lib = _libtriton(tc)
-    ident = _identity(lib, str(tc.__version__))
+def _cached_key(original: Callable[[], str]) -> tuple[str, str]:
+    lib = api.libtriton_path()
+    version = str(api.triton_version())
+    ident = _identity(lib, version)
     path = cache_file()
     entry = _load(path).get(ident)
     if isinstance(entry, dict):
         digest = entry.get("libtriton_sha256")
         if isinstance(digest, str) and _HEX64.match(digest):
-            return _compose(tc, digest), "hit"
+            return api.compose_triton_key(digest), "hit"
         if entry.get("unusable"):
             return original(), "unusable"
     value = original()
     sentinel = "\x00"
-    prefix, suffix = _compose(tc, sentinel).split(sentinel)
+    prefix, suffix = api.compose_triton_key(sentinel).split(sentinel)
     middle = value[len(prefix) : len(value) - len(suffix)]
     if value.startswith(prefix) and value.endswith(suffix) and _HEX64.match(middle):
         _store(path, ident, {"libtriton_sha256": middle, "path": str(lib)})
         return value, "stored"
-    logger.debug("Triton %s builds triton_key differently; not caching it", tc.__version__)
+    logger.debug("Triton %s builds triton_key differently; not caching it", version)
     _store(path, ident, {"unusable": True, "path": str(lib)})
     return value, "unusable"

@@ -8,7 +8,7 @@ and a kernel's ``dispatch`` can key on ``specialization_rep(n)`` instead of
 ``n``.
 
 The class is computed by **the installed Triton's own specializer**
-(``triton.runtime.jit.native_specialize_impl``, the function its generated
+(``_triton_api.scalar_specializer``: the function Triton's generated
 binder calls), and the representative is the first of a fixed list of
 candidates that falls in the same class. So the result follows whatever policy
 the installed Triton has. Only when Triton cannot be imported does a pure-Python
@@ -21,6 +21,8 @@ import functools
 import logging
 from collections.abc import Callable
 from typing import Any, overload
+
+from . import _triton_api as api
 
 __all__ = ["specialization_rep"]
 
@@ -45,16 +47,10 @@ _MEMO_MAX = 1 << 16
 @functools.cache
 def _native() -> Callable[..., Any] | None:
     try:
-        from triton.backends.compiler import BaseBackend
-        from triton.runtime.jit import native_specialize_impl
+        return api.scalar_specializer()
     except ImportError:
         logger.debug("triton not importable: specialization_rep uses its Python table")
         return None
-
-    def spec(value: Any, specialize: bool, align: bool) -> tuple[Any, ...]:
-        return tuple(native_specialize_impl(BaseBackend, value, False, specialize, align))
-
-    return spec
 
 
 def python_specialization(

@@ -1,18 +1,9 @@
-"""Importing Triton lazily, with a clear error, and the few version differences we rely on.
-
-``import warmkit_triton`` never imports Triton: the backend must be able to say
-"Triton is not installed, run ``pip install triton``" instead of failing at
-import. Everything that needs Triton calls :func:`require_triton` first.
-
-Supported: Triton 3.6 and 3.9 (tested); other 3.x >= 3.6 are tried as-is.
-"""
+"""Importing Triton lazily, with a clear error when it is missing or too old."""
 
 from __future__ import annotations
 
 import importlib
-import logging
 from types import ModuleType
-from typing import Any
 
 __all__ = [
     "INSTALL_HINT",
@@ -23,10 +14,12 @@ __all__ = [
     "version_tuple",
 ]
 
-logger = logging.getLogger(__name__)
-
+#: The oldest Triton this backend supports; 3.6.0 and 3.9.0 are tested.
 MIN_TRITON = (3, 6)
 INSTALL_HINT = "pip install warmkit-triton  (or: pip install 'triton>=3.6')"
+
+
+# -- importing Triton ---------------------------------------------------------------------------
 
 
 class TritonNotInstalledError(ImportError):
@@ -84,7 +77,7 @@ def require_triton() -> ModuleType:
     global _key_cache_done
     if not _key_cache_done:
         _key_cache_done = True
-        from . import _keycache
+        from .. import _keycache
 
         _keycache.install()  # a warm restart skips hashing libtriton.so again
     return triton
@@ -96,9 +89,3 @@ def triton_version() -> str | None:
         return str(_import_triton().__version__)
     except TritonNotInstalledError:
         return None
-
-
-def jit_internals() -> Any:
-    """``triton.runtime.jit`` (the module), after the version check."""
-    require_triton()
-    return importlib.import_module("triton.runtime.jit")

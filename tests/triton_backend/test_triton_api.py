@@ -1,0 +1,551 @@
+"""The canary of ``warmkit_triton._triton_api``: every accessor against the installed Triton.
+
+A Triton upgrade that moves or changes an internal warmkit relies on fails
+here, in a test named after the accessor, with a message naming it. The
+checks use real Triton objects: an ahead-of-time compile for sm_90 (no GPU
+needed), Triton's own hooks and cache files. What needs a GPU (loading a
+module, the launcher's C call) is checked structurally here and for real in
+``test_canary_launch_on_gpu``.
+
+A second test reads the plugin's modules and fails when any module other than
+``_triton_api`` imports Triton or names one of its internals.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import inspect
+import re
+import shutil
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import triton
+from warmkit_triton import WarmupTensor
+from warmkit_triton import _triton_api as api
+from warmkit_triton._aot import AotDriver, aot_driver, parse_target
+
+from ._kernels import add_kernel
+
+CANARIES: dict[str, Callable[..., None]] = {}
+
+
+def canary(*names: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    def register(check: Callable[..., None]) -> Callable[..., None]:
+        for name in names:
+            CANARIES[name] = check
+        return check
+
+    return register
+
+
+ARGS = (WarmupTensor("float32", (1024,)), WarmupTensor("float32", (1024,)), None, 16)
+
+
+def aot_compile(fn=add_kernel, options=None):
+    """An ahead-of-time compile for sm_90 through the accessors; returns (compiled, device)."""
+    args = (*ARGS[:2], WarmupTensor("float32", (1024,)), ARGS[3])
+    with aot_driver(AotDriver(parse_target("cuda:90"))):
+        device = api.prepare_function(fn)
+        compiled = api.warmup(fn, args, {"BLOCK": 128}, options or {"num_warps": 4})
+    return compiled, device
+
+
+def entry_dir(compiled) -> Path:
+    return Path(api.cache_entry_dir(api.cache_dir(), api.compiled_identity(compiled)[0]))
+
+
+# -- importing ------------------------------------------------------------------------------------
+
+
+@canary("require_triton", "triton_version", "version_tuple")
+def check_import() -> None:
+    assert api.require_triton() is triton
+    assert api.triton_version() == triton.__version__
+    assert api.version_tuple(triton.__version__) >= api.MIN_TRITON
+    assert api.version_tuple("3.6.0+git1234") == (3, 6)
+
+
+# -- JITFunction -----------------------------------------------------------------------------------
+
+
+@canary("is_jit_function", "jit_params", "pre_run_hooks")
+def check_jit_function() -> None:
+    assert api.is_jit_function(add_kernel)
+    assert not api.is_jit_function(add_kernel.fn) and not api.is_jit_function(type(add_kernel))
+    names, defaults = api.jit_params(add_kernel)
+    assert names == ["x", "y", "out", "n", "BLOCK"] and defaults == {}
+    hooks = api.pre_run_hooks(add_kernel)
+    assert isinstance(hooks, list) and not hooks
+
+
+@canary("is_interpreted", "interpreting")
+def check_interpreter() -> None:
+    from triton.runtime.interpreter import InterpretedFunction
+
+    assert not api.is_interpreted(add_kernel)
+    assert api.is_interpreted(InterpretedFunction(add_kernel.fn))
+    assert api.interpreting() is False  # TRITON_INTERPRET is not set in this suite
+
+
+@canary("prepare_function", "warmup", "compiled_identity", "kernel_caches", "drop_device")
+def check_compile_and_kernel_cache() -> None:
+    compiled, device = aot_compile()
+    assert device == "warmkit-aot:cuda:90"
+    digest, name = api.compiled_identity(compiled)
+    assert re.fullmatch(r"[0-9a-f]{64}", digest) and name == "add_kernel"
+    assert any(compiled in cache.values() for cache in api.kernel_caches(add_kernel))
+    api.drop_device(add_kernel, device)
+    assert not any(compiled in cache.values() for cache in api.kernel_caches(add_kernel))
+
+
+@canary("binder", "specialization_of", "scalar_specializer", "wrap_warmup_arg")
+def check_specialization() -> None:
+    import torch
+
+    with aot_driver(AotDriver(parse_target("cuda:90"))):
+        device = api.prepare_function(add_kernel)
+        x = api.wrap_warmup_arg(torch.float32)
+        assert x.dtype == torch.float32 and x.data_ptr() % 16 == 0
+        assert api.wrap_warmup_arg(7) == 7
+        _bound, spec, options = api.binder(add_kernel, device)(x, x, x, 16, BLOCK=128, num_warps=4)
+        assert len(spec) == 5 and options == {"num_warps": 4}
+        got = api.specialization_of(add_kernel, device, [x, x, x, 17], {"BLOCK": 128})
+    api.drop_device(add_kernel, device)
+    assert got[0] == ("*fp32", "D") and got[3] == ("i32", "")
+    spec1 = api.scalar_specializer()
+    assert spec1(16, True, True) == ("i32", "D")
+    assert spec1(1, True, True) == ("constexpr", 1)
+    assert spec1(2**31, True, True) == ("i64", "D")
+    assert spec1(16, False, True) == ("i32", None)
+
+
+@canary("launch_option_names")
+def check_launch_options() -> None:
+    names = api.launch_option_names()
+    assert names is not None and {"num_warps", "num_stages", "num_ctas", "debug"} <= names
+
+
+# -- CompiledKernel: handles and the launcher (structure here, for real on the GPU) -----------------
+
+
+@canary("load_handles", "launcher_of")
+def check_compiled_kernel_structure() -> None:
+    from triton.compiler.compiler import CompiledKernel
+
+    compiled, device = aot_compile()
+    api.drop_device(add_kernel, device)
+    assert isinstance(compiled, CompiledKernel)
+    assert callable(CompiledKernel._init_handles)  # load_handles
+    assert isinstance(inspect.getattr_static(CompiledKernel, "run"), property)  # launcher_of
+    assert compiled.function is None and compiled.packed_metadata is not None  # not loaded yet
+    assert "launch_metadata" in vars(CompiledKernel)
+
+
+@canary("direct_launch", "runtime_knobs", "hook_chain_active")
+def check_launcher_layout() -> None:
+    from triton.backends.nvidia.driver import CudaLauncher
+
+    init = inspect.getsource(CudaLauncher.__init__)
+    for attr in ("launch", "launch_cooperative_grid", "launch_pdl", "global_scratch_size"):
+        assert f"self.{attr} =" in init, f"CudaLauncher no longer sets {attr}"
+    call = inspect.getsource(CudaLauncher.__call__)
+    assert "self.launch(" in call
+    if api.version_tuple(triton.__version__) >= (3, 9):
+        assert "self.arg_annotations" in init and "self.kernel_signature" in init
+    rt = api.runtime_knobs()
+    for slot in ("launch_enter_hook", "launch_exit_hook", "jit_cache_hook", "interpret"):
+        assert hasattr(rt, slot), slot
+    chain = rt.launch_enter_hook
+    assert not api.hook_chain_active(None)
+    assert api.hook_chain_active(print)
+    assert not api.hook_chain_active(chain)  # an empty HookChain by default
+    chain.add(print)
+    try:
+        assert api.hook_chain_active(chain)
+    finally:
+        chain.remove(print)
+
+
+# -- drivers and targets ---------------------------------------------------------------------------
+
+
+@canary("gpu_target", "active_driver", "installed_driver", "set_installed_driver")
+def check_drivers() -> None:
+    target = api.gpu_target("cuda", 90, 32)
+    assert (target.backend, target.arch, target.warp_size) == ("cuda", 90, 32)
+    saved = api.installed_driver()
+    drv = AotDriver(parse_target("cuda:80"))
+    api.set_installed_driver(drv)
+    try:
+        assert api.installed_driver() is drv
+        assert api.active_driver() is drv
+        assert api.active_driver().get_current_target().arch == 80
+    finally:
+        api.set_installed_driver(saved)
+    assert api.installed_driver() is saved
+
+
+@canary("default_driver")
+def check_default_driver() -> None:
+    try:
+        drv = api.default_driver()
+    except RuntimeError as exc:  # no GPU: Triton finds no active driver
+        assert "active drivers" in str(exc)
+    else:
+        assert drv.get_current_target().backend == "cuda"
+
+
+@canary("ptxas_info")
+def check_ptxas() -> None:
+    info = api.ptxas_info(90)
+    assert Path(info["path"]).is_file(), info
+    assert "ptxas" in info["version"].lower() or "cuda" in info["version"].lower(), info
+
+
+# -- parallel compiles -----------------------------------------------------------------------------
+
+
+@canary("async_compile_mode", "active_async_mode", "is_future", "future_result", "resolved_future")
+def check_async_compile() -> None:
+    pool = ThreadPoolExecutor(1)
+    mode = api.async_compile_mode(pool)
+    lock = threading.Lock()
+    args = (*ARGS[:2], WarmupTensor("float32", (1024,)), ARGS[3])
+    try:
+        with aot_driver(AotDriver(parse_target("cuda:90"))):
+            device = api.prepare_function(add_kernel)
+            with api.active_async_mode(mode):
+                future = api.warmup(add_kernel, args, {"BLOCK": 64}, {"num_warps": 2})
+            assert api.is_future(future)
+            compiled = api.future_result(future, lock)
+            assert not api.is_future(compiled)
+            assert api.future_result(compiled, lock) is compiled
+            assert api.resolved_future(future) is compiled
+            assert api.resolved_future(compiled) is None
+            mode.__exit__(None, None, None)
+    finally:
+        pool.shutdown(wait=True)
+    api.drop_device(add_kernel, device)
+    assert api.compiled_identity(compiled)[1] == "add_kernel"
+
+
+# -- the cache -------------------------------------------------------------------------------------
+
+
+@canary("cache_dir", "cache_dir_scope")
+def check_cache_dir(tmp_path: Path, triton_cache: Path) -> None:
+    assert api.cache_dir() == str(triton_cache.resolve())
+    with api.cache_dir_scope(tmp_path / "other"):
+        assert api.cache_dir() == str(tmp_path / "other")
+    assert api.cache_dir() == str(triton_cache.resolve())
+
+
+@canary("cache_invalidating_env")
+def check_cache_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TRITON_DEFAULT_FP_FUSION", raising=False)
+    assert "TRITON_DEFAULT_FP_FUSION" not in api.cache_invalidating_env()
+    monkeypatch.setenv("TRITON_DEFAULT_FP_FUSION", "1")
+    env = api.cache_invalidating_env()
+    assert env["TRITON_DEFAULT_FP_FUSION"] in ("1", "true") and list(env) == sorted(env)
+
+
+@canary("group_children", "relocate_group_files", "cache_entry_dir")
+def check_group_files(tmp_path: Path) -> None:
+    compiled, device = aot_compile()
+    api.drop_device(add_kernel, device)
+    entry = entry_dir(compiled)
+    assert entry.is_dir(), f"no entry directory {entry.name} for the compiled hash"
+    groups = list(entry.glob(api.GROUP_FILE_GLOB))
+    assert len(groups) == 1, sorted(p.name for p in entry.iterdir())
+    assert groups[0].name.startswith(api.GROUP_FILE_PREFIX)
+    children = api.group_children(groups[0])
+    assert any(name.endswith(".cubin") for name in children)
+    assert all(Path(p).parent == entry and Path(p).is_file() for p in children.values())
+    moved = tmp_path / "moved" / entry.name
+    shutil.copytree(entry, moved)
+    assert api.relocate_group_files(moved, moved) == [groups[0].name]
+    relocated = api.group_children(next(moved.glob(api.GROUP_FILE_GLOB)))
+    assert relocated.keys() == children.keys()
+    assert all(Path(p).parent == moved and Path(p).is_file() for p in relocated.values())
+    bad = tmp_path / "__grp__bad.json"
+    bad.write_text("[]")
+    with pytest.raises(ValueError, match="child_paths"):
+        api.group_children(bad)
+
+
+@canary("checked_cache_manager", "cache_manager_class", "set_cache_manager_class")
+def check_cache_manager() -> None:
+    compiled, device = aot_compile()
+    api.drop_device(add_kernel, device)
+    checked: list[str] = []
+    verdict = [True]
+
+    def check(entry: str) -> bool:
+        checked.append(entry)
+        return verdict[0]
+
+    assert api.cache_manager_class() is None
+    api.set_cache_manager_class(api.checked_cache_manager(check))
+    hits: list[bool] = []
+    saved = api.get_compilation_listener()
+    api.set_compilation_listener(lambda **kw: hits.append(bool(kw["cache_hit"])))
+    try:
+        _, device = aot_compile()  # the entry is on disk: the check runs, then a disk hit
+        api.drop_device(add_kernel, device)
+        verdict[0] = False
+        _, device = aot_compile()  # the check refuses it: Triton compiles again
+        api.drop_device(add_kernel, device)
+    finally:
+        api.set_compilation_listener(saved)
+        api.set_cache_manager_class(None)
+    assert api.cache_manager_class() is None
+    assert checked and all(Path(e) == entry_dir(compiled) for e in checked)
+    assert hits == [True, False]
+
+
+# -- triton_key() ----------------------------------------------------------------------------------
+
+
+def tritons_own_key() -> Callable[[], str]:
+    fn = api.triton_key_function()
+    return getattr(fn, "__wrapped_original__", fn)
+
+
+@canary("triton_key", "triton_key_function", "is_tritons_triton_key")
+def check_triton_key() -> None:
+    own = tritons_own_key()
+    assert api.is_tritons_triton_key(own)
+    assert not api.is_tritons_triton_key(lambda: "x")
+    assert api.triton_key() == own()
+    assert api.triton_key().startswith(triton.__version__)
+
+
+@canary("libtriton_path", "compose_triton_key")
+def check_triton_key_layout() -> None:
+    lib = api.libtriton_path()
+    assert lib.is_file() and lib.stat().st_size > 10_000_000
+    value = tritons_own_key()()
+    prefix, suffix = api.compose_triton_key("\x00").split("\x00")
+    middle = value[len(prefix) : len(value) - len(suffix)]
+    assert value.startswith(prefix) and value.endswith(suffix), "triton_key() is built differently"
+    assert re.fullmatch(r"[0-9a-f]{64}", middle)
+    assert api.compose_triton_key(middle) == value
+
+
+@canary("replace_triton_key")
+def check_replace_triton_key() -> None:
+    import sys
+
+    current = api.triton_key_function()
+    holders = [n for n, m in list(sys.modules.items()) if getattr(m, "triton_key", None) is current]
+    assert "triton.runtime.cache" in holders
+
+    def other() -> str:
+        return "other"
+
+    changed = api.replace_triton_key(current, other, modules=["triton.runtime.cache"])
+    try:
+        assert changed == ["triton.runtime.cache"] and api.triton_key_function() is other
+    finally:
+        api.replace_triton_key(other, current)
+    assert api.triton_key_function() is current
+
+
+# -- hooks -----------------------------------------------------------------------------------------
+
+
+@canary("get_jit_cache_hook", "set_jit_cache_hook", "miss_event")
+def check_cache_hook() -> None:
+    seen: list[dict] = []
+
+    def hook(**kw):
+        seen.append(kw)
+        return False
+
+    saved = api.get_jit_cache_hook()
+    api.set_jit_cache_hook(hook)
+    try:
+        assert api.get_jit_cache_hook() is hook
+        _compiled, device = aot_compile(options={"num_warps": 2})
+    finally:
+        api.set_jit_cache_hook(saved)
+    api.drop_device(add_kernel, device)
+    assert len(seen) == 1, seen
+    event = api.miss_event(seen[0])
+    assert event.jit_fn is add_kernel and event.name.endswith(".add_kernel")
+    assert list(event.signature) == ["x", "y", "out", "n", "BLOCK"]
+    assert event.options["num_warps"] == 2
+    assert ((4,), 128) in event.constants.items() or 128 in event.constants.values()
+    assert isinstance(event.attrs, dict) and event.attrs
+    # a truthy return skips the compile: warmup returns None
+    api.set_jit_cache_hook(lambda **kw: True)
+    try:
+        with aot_driver(AotDriver(parse_target("cuda:90"))):
+            device = api.prepare_function(add_kernel)
+            args = (*ARGS[:2], WarmupTensor("float32", (1024,)), 32)
+            assert api.warmup(add_kernel, args, {"BLOCK": 128}, {"num_warps": 2}) is None
+    finally:
+        api.set_jit_cache_hook(saved)
+        api.drop_device(add_kernel, device)
+
+
+@canary("get_compilation_listener", "set_compilation_listener", "compile_event")
+def check_listener() -> None:
+    seen: list[dict] = []
+    saved = api.get_compilation_listener()
+    api.set_compilation_listener(lambda **kw: seen.append(kw))
+    try:
+        compiled, device = aot_compile(options={"num_warps": 1})
+        api.drop_device(add_kernel, device)
+        _again, device = aot_compile(options={"num_warps": 1})  # a disk hit
+        api.drop_device(add_kernel, device)
+    finally:
+        api.set_compilation_listener(saved)
+    assert api.get_compilation_listener() is saved
+    first, second = (api.compile_event(kw) for kw in seen)
+    digest = api.compiled_identity(compiled)[0]
+    assert first.jit_fn is add_kernel and first.name == "add_kernel"
+    assert (first.hash, first.cache_hit) == (digest, False) and first.seconds > 0
+    assert (second.hash, second.cache_hit) == (digest, True)
+    assert list(first.signature) == ["x", "y", "out", "n", "BLOCK"]
+    assert first.metadata["num_warps"] == 1
+
+
+@canary("load_hooks")
+def check_load_hooks() -> None:
+    from triton.compiler.compiler import CompiledKernel
+
+    chains = api.load_hooks()
+    assert chains is not None
+    start, _end = chains
+    calls = []
+
+    def record(module, function, name, metadata_group, hash):
+        calls.append((name, hash))
+
+    start.add(record)
+    try:
+        start(None, None, "k", {}, "h")
+    finally:
+        start.remove(record)
+    assert calls == [("k", "h")]
+    src = inspect.getsource(CompiledKernel._init_handles)
+    for hook in ("kernel_load_start_hook", "kernel_load_end_hook"):
+        assert (
+            f"{hook}(self.module, self.function, self.name, self.metadata_group, self.hash)" in src
+        )
+
+
+# -- the tests -------------------------------------------------------------------------------------
+
+
+def _accessors() -> list[str]:
+    return sorted(n for n in api.__all__ if inspect.isfunction(getattr(api, n)))
+
+
+@pytest.mark.parametrize("accessor", _accessors())
+def test_canary(accessor: str, request: pytest.FixtureRequest) -> None:
+    check = CANARIES.get(accessor)
+    assert check is not None, f"_triton_api.{accessor} has no canary; add one to this file"
+    kwargs = {name: request.getfixturevalue(name) for name in inspect.signature(check).parameters}
+    try:
+        check(**kwargs)
+    except Exception as exc:  # noqa: BLE001 - any failure is reported naming the accessor
+        pytest.fail(
+            f"warmkit_triton._triton_api.{accessor} no longer works with Triton "
+            f"{triton.__version__} ({check.__name__}): {type(exc).__name__}: {exc}. "
+            "Update that accessor (the only place warmkit-triton reaches this Triton internal) "
+            "and the versions its docstring says it was checked on.",
+            pytrace=True,
+        )
+
+
+def test_every_accessor_has_a_canary_and_states_its_versions() -> None:
+    assert set(CANARIES) == set(_accessors())
+    for name in _accessors():
+        fn = getattr(api, name)
+        if name not in ("require_triton", "triton_version", "version_tuple"):
+            assert "Checked: 3.6.0, 3.9.0" in (fn.__doc__ or ""), name
+
+
+PLUGIN = Path(api.__file__).parent.parent  # warmkit_triton/, _triton_api/ is a package in it
+#: Names of Triton internals; outside ``_triton_api`` they may appear only in docstrings/comments.
+PRIVATE = (
+    "device_caches",
+    "_init_handles",
+    "packed_metadata",
+    "launch_metadata",
+    "_active",
+    "_async_compile",
+    "native_specialize_impl",
+    "get_cache_invalidating_env_vars",
+    "child_paths",
+    "MockTensor",
+    "HookChain",
+    "CudaLauncher",
+    "jit_cache_hook",
+    "knobs",
+    "pre_run_hooks",
+    "cache_key",
+)
+
+
+def test_no_other_module_reaches_triton_internals() -> None:
+    problems = []
+    modules = sorted(PLUGIN.glob("*.py"))
+    assert len(modules) >= 8, modules
+    for path in modules:  # every module of warmkit_triton except the _triton_api package
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                mods = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                mods = [node.module or ""]
+            else:
+                mods = []
+            for mod in mods:
+                if mod == "triton" or mod.startswith("triton."):
+                    problems.append(f"{path.name}:{node.lineno} imports {mod}")
+            through_api = isinstance(node, ast.Attribute) and getattr(node.value, "id", "") == "api"
+            if isinstance(node, ast.Attribute) and node.attr in PRIVATE and not through_api:
+                problems.append(f"{path.name}:{node.lineno} reads .{node.attr}")
+            if isinstance(node, ast.Constant) and node.value in PRIVATE:
+                problems.append(f"{path.name}:{node.lineno} names {node.value!r}")
+    assert not problems, "use warmkit_triton._triton_api instead:\n" + "\n".join(problems)
+
+
+@pytest.mark.gpu
+def test_canary_launch_on_gpu() -> None:
+    """load_handles, launcher_of and direct_launch for real: both launch paths add correctly."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    n = 1000
+    x = torch.rand(n, device="cuda")
+    y = torch.rand(n, device="cuda")
+    device = api.prepare_function(add_kernel)
+    compiled = api.warmup(add_kernel, (x, y, torch.empty_like(x), n), {"BLOCK": 128}, {})
+    api.load_handles(compiled)
+    launcher = api.launcher_of(compiled)
+    assert launcher is not None, "launcher_of: no launcher after load_handles"
+    stream = api.active_driver().get_current_stream(device)
+    for layout in ("direct", "launcher"):
+        out = torch.zeros_like(x)
+        go, path = api.direct_launch(compiled, launcher, layout=layout)
+        assert path.startswith(layout), (layout, path)
+        go(((n + 127) // 128,), stream, launcher.function, (x, y, out, n))
+        torch.cuda.synchronize()
+        assert torch.equal(out, x + y), f"direct_launch({layout=}) via {path} computed wrong sums"
+
+
+def test_entry_directory_is_named_by_the_hash(triton_cache: Path) -> None:
+    """The entry directory is the base32 of the hash compiled_identity gives (what AotArtifact relies on)."""
+    compiled, device = aot_compile()
+    api.drop_device(add_kernel, device)
+    assert entry_dir(compiled).is_dir()
+    assert len(bytes.fromhex(api.compiled_identity(compiled)[0])) == hashlib.sha256().digest_size
