@@ -466,6 +466,19 @@ def test_canary(accessor: str, request: pytest.FixtureRequest) -> None:
 
 
 def test_every_accessor_has_a_canary_and_states_its_versions() -> None:
+    defined = set()
+    for module in sorted(Path(api.__file__).parent.glob("_*.py")):
+        tree = ast.parse(module.read_text())
+        for node in tree.body:
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+                defined.add(node.name)
+            elif isinstance(node, ast.Assign):
+                defined.update(t.id for t in node.targets if isinstance(t, ast.Name))
+    public = {name for name in defined if not name.startswith("_")}
+    assert api.__all__ == sorted(
+        api.__all__, key=lambda n: (not n.isupper(), not n[0].isupper(), n)
+    )
+    assert set(api.__all__) == public, "_triton_api/__init__.py must re-export every public name"
     assert set(CANARIES) == set(_accessors())
     for name in _accessors():
         fn = getattr(api, name)

@@ -14,27 +14,6 @@ from typing import Any
 
 from ._import import require_triton
 
-__all__ = [
-    "GROUP_FILE_GLOB",
-    "GROUP_FILE_PREFIX",
-    "cache_dir",
-    "cache_dir_scope",
-    "cache_entry_dir",
-    "cache_invalidating_env",
-    "cache_manager_class",
-    "checked_cache_manager",
-    "compose_triton_key",
-    "group_children",
-    "is_tritons_triton_key",
-    "libtriton_path",
-    "relocate_group_files",
-    "replace_triton_key",
-    "set_cache_manager_class",
-    "triton_key",
-    "triton_key_function",
-]
-
-
 # -- the cache ---------------------------------------------------------------------------------------
 
 

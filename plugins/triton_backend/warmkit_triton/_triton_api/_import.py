@@ -5,15 +5,6 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-__all__ = [
-    "INSTALL_HINT",
-    "MIN_TRITON",
-    "TritonNotInstalledError",
-    "require_triton",
-    "triton_version",
-    "version_tuple",
-]
-
 #: The oldest Triton this backend supports; 3.6.0 and 3.9.0 are tested.
 MIN_TRITON = (3, 6)
 INSTALL_HINT = "pip install warmkit-triton  (or: pip install 'triton>=3.6')"

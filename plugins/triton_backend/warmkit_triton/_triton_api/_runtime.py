@@ -9,51 +9,6 @@ from typing import Any, NamedTuple
 
 from ._import import require_triton
 
-__all__ = [
-    "CompileEvent",
-    "Launcher",
-    "MissEvent",
-    "active_async_mode",
-    "active_driver",
-    "async_compile_mode",
-    "binder",
-    "compile_event",
-    "compiled_identity",
-    "default_driver",
-    "direct_launch",
-    "drop_device",
-    "future_result",
-    "get_compilation_listener",
-    "get_jit_cache_hook",
-    "gpu_target",
-    "hook_chain_active",
-    "installed_driver",
-    "interpreting",
-    "is_future",
-    "is_interpreted",
-    "is_jit_function",
-    "jit_params",
-    "kernel_caches",
-    "launch_option_names",
-    "launcher_of",
-    "load_handles",
-    "load_hooks",
-    "miss_event",
-    "pre_run_hooks",
-    "prepare_function",
-    "ptxas_info",
-    "resolved_future",
-    "runtime_knobs",
-    "scalar_specializer",
-    "set_compilation_listener",
-    "set_installed_driver",
-    "set_jit_cache_hook",
-    "specialization_of",
-    "warmup",
-    "wrap_warmup_arg",
-]
-
-
 # -- JITFunction: parameters, kernel cache, binder -------------------------------------------------
 
 
