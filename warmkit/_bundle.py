@@ -27,9 +27,11 @@ A backend supports bundles by providing, besides the core interface:
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import datetime
 import errno
 import functools
+import gzip
 import hashlib
 import io
 import json
@@ -39,12 +41,14 @@ import shutil
 import tarfile
 import tempfile
 import uuid
-from collections.abc import Iterator
+import zlib
+from collections.abc import Iterator, Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 import attrs
 
+from . import _envs, _signing
 from ._exceptions import BundleError
 from ._integrity import identity, iter_entries, sha256_file, verify_entry, write_record
 
@@ -78,6 +82,7 @@ def build_bundle(
     target: str | None = None,
     jobs: int | None = None,
     progress: str = "auto",
+    sign: str | os.PathLike[str] | None = None,
 ) -> dict[str, Any]:
     """Compile every key of ``registry`` for ``target`` into fresh caches and pack them into ``out``.
 
@@ -90,6 +95,7 @@ def build_bundle(
         target: e.g. ``"cuda:90"``; None = this host's device.
         jobs: parallel compiles; None = automatic.
         progress: as ``WarmupConfig.progress``.
+        sign: an Ed25519 private key (PEM) to sign the bundle with (``docs/bundles.md``).
 
     Returns:
         The bundle's metadata (what ``inspect_bundle`` returns).
@@ -97,6 +103,8 @@ def build_bundle(
     Raises:
         BundleError: a backend without bundle support, or a warmup that wrote no entries.
         WarmupError: a key failed to compile.
+        ValueError: an unknown target, an unusable output path or signing key;
+            all checked before anything compiles.
     """
     from . import __version__
     from ._warmup import WarmupConfig, warmup
@@ -118,6 +126,9 @@ def build_bundle(
     # a failed key per compile.
     fingerprints = {b: backend.cache_fingerprint(target) for b, backend in backends.items()}
     out = Path(out)
+    _check_output(out)
+    if sign is not None:
+        _signing.sign(b"", sign)  # an unreadable or wrong key fails now, not after compiling
     with tempfile.TemporaryDirectory(prefix="warmkit-bundle-") as tmp:
         roots = {b: Path(tmp, b) for b in backends}
         with contextlib.ExitStack() as stack:
@@ -185,9 +196,17 @@ def build_bundle(
                 info.size = len(data)
                 info.mtime = 0
                 tar.addfile(info, io.BytesIO(data))
+                if sign is not None:
+                    sig = _signing.sign(data, sign)
+                    info = tarfile.TarInfo(_signing.SIGNATURE_MEMBER)
+                    info.size = len(sig)
+                    info.mtime = 0
+                    tar.addfile(info, io.BytesIO(sig))
                 for arcname, path in files:
                     tar.add(path, arcname=arcname, recursive=False)
             os.replace(partial, out)
+        except OSError as exc:
+            raise OSError(exc.errno, f"cannot write bundle {out}: {exc.strerror or exc}") from exc
         finally:
             partial.unlink(missing_ok=True)
     logger.info(
@@ -198,6 +217,27 @@ def build_bundle(
         target or "this device",
     )
     return meta
+
+
+def _check_output(out: Path) -> None:
+    """Refuse an output path that cannot be written before compiling anything into it.
+
+    Raises:
+        ValueError: ``out`` is a directory, or its parent cannot be a directory.
+        PermissionError: the parent directory is not writable (names it).
+    """
+    if out.is_dir():
+        raise ValueError(
+            f"bundle output {out} is a directory; give a file name, e.g. {out}/kernels.wkb"
+        )
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError) as exc:
+        raise ValueError(
+            f"bundle output {out}: {exc.filename or out.parent} is not a directory"
+        ) from exc
+    if not os.access(out.parent, os.W_OK):
+        raise PermissionError(f"bundle output {out}: directory {out.parent} is not writable")
 
 
 def _read_meta(tar: tarfile.TarFile, path: Path) -> dict[str, Any]:
@@ -244,15 +284,34 @@ def _open(path: str | os.PathLike[str]) -> Iterator[tuple[tarfile.TarFile, dict[
     try:
         with tarfile.open(p, "r:*") as tar:
             yield tar, _read_meta(tar, p), p
-    except (tarfile.TarError, EOFError) as exc:
-        raise BundleError(f"cannot read bundle: {exc}", path=p) from exc
+    except (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile) as exc:
+        raise BundleError(
+            f"cannot read bundle ({type(exc).__name__}: {exc}): it is truncated or corrupt",
+            path=p,
+        ) from exc
+
+
+def _drain(tar: tarfile.TarFile) -> None:
+    """Read the archive to its end, so gzip checks its CRC: a flipped bit anywhere is found."""
+    tar.getmembers()
+    while tar.fileobj is not None and tar.fileobj.read(1 << 20):
+        pass
+
+
+def _member(tar: tarfile.TarFile, name: str) -> bytes | None:
+    """The bytes of member ``name``, or None when the bundle has none."""
+    try:
+        f = tar.extractfile(tar.getmember(name))
+    except KeyError:
+        return None
+    return f.read() if f is not None else None
 
 
 def inspect_bundle(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """The bundle's metadata plus totals: kernels and keys, target, backends, entries, bytes.
+    """The bundle's metadata plus totals and signature, after checking every file's sha256.
 
     Raises:
-        BundleError: not a readable bundle.
+        BundleError: not a readable bundle, or a file that does not match its sha256.
     """
     with _open(path) as (_tar, meta, _p):
         totals = {
@@ -261,7 +320,12 @@ def inspect_bundle(path: str | os.PathLike[str]) -> dict[str, Any]:
             "files": sum(len(b["entries"]) for b in meta["backends"].values()),
             "bytes": sum(e["size"] for b in meta["backends"].values() for e in b["entries"]),
         }
-        return meta | {"totals": totals}
+        # Every file against its recorded sha256: inspect says whether the bundle is intact.
+        for name, info in meta["backends"].items():
+            _extract_verified(_tar, name, {e["path"]: e for e in info["entries"]}, None, _p)
+        _drain(_tar)
+        signature = _signing.describe(_member(_tar, _signing.SIGNATURE_MEMBER))
+        return meta | {"totals": totals, "signature": signature}
 
 
 @attrs.frozen
@@ -270,15 +334,23 @@ class BundleInstall:
 
     Attributes:
         installed: cache entries published by this call.
-        present: entries already there and identical (idempotent re-install).
-        replaced: entries that were there but differed (e.g. a half-written one).
+        unchanged: entries already there and identical (a re-install).
+        replaced: entries that were there but differed (e.g. a half-written or corrupt one).
         directories: backend name -> the cache directory it installed into.
+        signed_by: the id of the trusted key that signed the bundle, or None
+            when no trust is configured.
     """
 
     installed: tuple[str, ...]
-    present: tuple[str, ...]
+    unchanged: tuple[str, ...]
     replaced: tuple[str, ...]
     directories: dict[str, str]
+    signed_by: str | None = None
+
+    @property
+    def present(self) -> tuple[str, ...]:
+        """The former name of ``unchanged``."""
+        return self.unchanged
 
 
 def _check_fingerprint(
@@ -310,40 +382,54 @@ def install_bundle(
     path: str | os.PathLike[str],
     *,
     cache_dirs: dict[str, str | os.PathLike[str]] | None = None,
+    target: str | None = None,
+    trust: Sequence[str | os.PathLike[str]] | None = None,
 ) -> BundleInstall:
     """Verify a bundle and publish its entries where each backend looks them up at runtime.
 
     Args:
         path: the ``.wkb`` file.
         cache_dirs: backend name -> directory, overriding ``backend.cache_dir()``.
+        target: the target the entries will serve; default ``WARMKIT_TARGET``,
+            else each backend's local device. A bundle built for another
+            target is refused, naming both.
+        trust: Ed25519 public keys (PEM files) one of which must have signed
+            the bundle; default ``WARMKIT_BUNDLE_TRUST``; none = signatures
+            are not required (hashes are always checked).
 
     Returns:
         A ``BundleInstall`` listing what was installed, already present or replaced.
 
     Raises:
-        BundleError: unreadable bundle, fingerprint mismatch (names the field),
-            a truncated or tampered entry (names it), or an unsafe path. Nothing
-            is published when verification fails.
+        BundleError: unreadable bundle, target or fingerprint mismatch (names
+            the field), an unsigned or badly signed bundle when trust is
+            configured, a truncated or tampered entry (names it), or an unsafe
+            path. Nothing is published when verification fails.
         FileNotFoundError: no such bundle file.
     """
     installed: list[str] = []
-    present: list[str] = []
+    unchanged: list[str] = []
     replaced: list[str] = []
     directories: dict[str, str] = {}
+    trusted = _signing.trusted_keys(trust)
     with _open(path) as (tar, meta, p):
+        signed_by = _signing.verify(
+            _member(tar, _META) or b"", _member(tar, _signing.SIGNATURE_MEMBER), trusted, path=p
+        )
         unknown = sorted(set(cache_dirs or {}) - set(meta["backends"]))
         if unknown:
             raise ValueError(
                 f"cache_dirs names backend {unknown[0]!r}, which has no entries in bundle {p}; "
                 f"its backends are {', '.join(sorted(meta['backends']))}"
             )
-        target = meta.get("target")
-        # Check every backend's fingerprint, then verify every file of every backend,
-        # and only then publish: a refusal anywhere installs nothing of the bundle.
+        serving = target if target is not None else _envs.get("WARMKIT_TARGET")
+        # Check every backend's target and fingerprint, then verify every file of every
+        # backend, and only then publish: a refusal anywhere installs nothing of the bundle.
         plans = []
         for name, info in meta["backends"].items():
             backend = _bundle_backend(name)
-            _check_fingerprint(name, info["fingerprint"], backend.cache_fingerprint(target), p)
+            here = _serving_target(backend, name, meta.get("target"), serving, p)
+            _check_fingerprint(name, info["fingerprint"], backend.cache_fingerprint(here), p)
             dest = Path((cache_dirs or {}).get(name) or backend.cache_dir())
             plans.append((name, backend, dest, {e["path"]: e for e in info["entries"]}))
         stagings: list[Path] = []
@@ -353,28 +439,62 @@ def install_bundle(
                 directories[name] = str(dest)
                 stagings.append(Path(tempfile.mkdtemp(prefix=".warmkit-staging-", dir=dest)))
                 _extract_verified(tar, name, expected, stagings[-1], p)
+            _drain(tar)
             for (name, backend, dest, expected), staging in zip(plans, stagings):
                 for entry in sorted({PurePosixPath(r).parts[0] for r in expected}):
                     outcome = _publish(backend, staging / entry, dest / entry, expected, entry)
-                    {"installed": installed, "present": present, "replaced": replaced}[
+                    {"installed": installed, "unchanged": unchanged, "replaced": replaced}[
                         outcome
                     ].append(f"{name}/{entry}")
         finally:
             for staging in stagings:
                 shutil.rmtree(staging, ignore_errors=True)
     logger.info(
-        "bundle %s: %d entr(ies) installed, %d already present, %d replaced",
+        "bundle %s: %d entr(ies) installed, %d unchanged, %d replaced%s",
         path,
         len(installed),
-        len(present),
+        len(unchanged),
         len(replaced),
+        f", signed by {signed_by}" if signed_by else "",
     )
-    return BundleInstall(tuple(installed), tuple(present), tuple(replaced), directories)
+    return BundleInstall(
+        tuple(installed), tuple(unchanged), tuple(replaced), directories, signed_by
+    )
+
+
+def _serving_target(
+    backend: Any, name: str, built: str | None, serving: str | None, path: Path
+) -> str | None:
+    """The target this install serves for ``backend``; refuse a bundle built for another one."""
+    if serving is None:
+        serving = backend.default_target()
+    if serving is None:
+        logger.warning(
+            "bundle %s: backend %s has no device here and no target is configured, so the "
+            "bundle's target (%s) cannot be checked; pass target= (--target, WARMKIT_TARGET)",
+            path,
+            name,
+            built or "its build host's device",
+        )
+        return built
+    canonical = getattr(backend, "canonical_target", None)
+    spell = canonical if canonical is not None else str
+    if built is not None and spell(built) != spell(serving):
+        raise BundleError(
+            f"bundle was built for target {spell(built)} but is installed to serve "
+            f"{spell(serving)} (backend {name!r}); its entries would never be looked up. "
+            f"Build it with --target {spell(serving)}",
+            path=path,
+            backend=name,
+            field="target",
+        )
+    return serving
 
 
 def _extract_verified(
-    tar: tarfile.TarFile, backend: str, expected: dict[str, Any], staging: Path, path: Path
+    tar: tarfile.TarFile, backend: str, expected: dict[str, Any], staging: Path | None, path: Path
 ) -> None:
+    """Check every file of ``backend`` against ``bundle.json``, copying it under ``staging`` (None: check only)."""
     prefix = f"backends/{backend}/"
     seen: set[str] = set()
     for member in tar.getmembers():
@@ -392,20 +512,24 @@ def _extract_verified(
         src = tar.extractfile(member)
         assert src is not None
         h = hashlib.sha256()
-        dst = staging / rel
-        dst.parent.mkdir(parents=True, exist_ok=True)
+        size = 0
+        dst = staging / rel if staging is not None else None
         try:
-            with open(dst, "wb") as out:
+            with contextlib.ExitStack() as stack:
+                if dst is not None:
+                    dst.parent.mkdir(parents=True, exist_ok=True)
+                    out = stack.enter_context(open(dst, "wb"))
                 for chunk in iter(functools.partial(src.read, 1 << 20), b""):
                     h.update(chunk)
-                    out.write(chunk)
+                    size += len(chunk)
+                    if dst is not None:
+                        out.write(chunk)
         except (tarfile.TarError, OSError, EOFError, Exception) as exc:
             raise BundleError(
                 f"bundle entry {member.name!r} cannot be read ({exc}); the bundle is truncated",
                 path=path,
                 entry=key,
             ) from exc
-        size = dst.stat().st_size
         if size != want["size"] or h.hexdigest() != want["sha256"]:
             raise BundleError(
                 f"bundle entry {member.name!r} is corrupt: sha256 {h.hexdigest()[:16]}… size {size}, "
@@ -435,25 +559,55 @@ def _publish(backend: Any, staged: Path, final: Path, expected: dict[str, Any], 
         )
     if final.exists():
         if _same(final, staged):
-            return "present"
-        # A different (e.g. half-written) entry: swap it out atomically.
-        trash = final.with_name(f".{final.name}.{uuid.uuid4().hex}.old")
+            return "unchanged"
+        # A different (e.g. half-written) entry: swap the two directories in one step, so
+        # a concurrent reader sees the old entry or the new one, never none.
         try:
-            os.rename(final, trash)
+            _exchange(staged, final)
         except FileNotFoundError:
-            pass  # another installer moved it away first
-        try:
-            os.rename(staged, final)
-        except OSError as exc:
-            _raise_unless_published(exc, final, entry)
-        shutil.rmtree(trash, ignore_errors=True)
-        return "replaced"
+            pass  # another installer moved it away first: publish as new, below
+        else:
+            shutil.rmtree(staged, ignore_errors=True)  # now holds the old entry
+            return "replaced"
     try:
         os.rename(staged, final)
     except OSError as exc:
         _raise_unless_published(exc, final, entry)
-        return "present"
+        return "unchanged"
     return "installed"
+
+
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+
+
+def _exchange(a: Path, b: Path) -> None:
+    """Swap two directories atomically (Linux ``renameat2(RENAME_EXCHANGE)``).
+
+    Where that is unavailable (another OS, or a filesystem without it), each
+    file of ``a`` replaces its namesake in ``b`` with ``os.replace`` (atomic per
+    file, so no reader finds a file missing), then ``b``'s extra files go; ``a``
+    is left holding nothing of value.
+    """
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        renameat2 = None
+    if renameat2 is not None:
+        if renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+            return
+        err = ctypes.get_errno()
+        if err == errno.ENOENT:
+            raise FileNotFoundError(err, os.strerror(err), str(b))
+        if err not in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+            raise OSError(err, os.strerror(err), str(b))
+    names = {p.name for p in a.iterdir() if p.is_file()}
+    for name in sorted(names):
+        os.replace(a / name, b / name)
+    for p in b.iterdir():
+        if p.name not in names:
+            shutil.rmtree(p) if p.is_dir() else p.unlink(missing_ok=True)
 
 
 def _raise_unless_published(exc: OSError, final: Path, entry: str) -> None:

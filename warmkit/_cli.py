@@ -1,16 +1,17 @@
 """The ``warmkit`` command line.
 
-Exit codes:
+Exit codes (also in ``warmkit --help``):
 
-* 0: ok;
-* 1: something failed while warming up (a compile error, a backend that is
-  missing or cannot compile here: reported per key, with the report), or a
-  bundle was refused (fingerprint mismatch, corruption);
-* 2: usage errors: bad arguments, a manifest or bundle that does not exist or
-  cannot be read, a kernel it names that cannot be loaded, an unknown target
-  for ``bundle build``.
+* 0: ok (also when stdout is a pipe closed early, as ``warmkit plan m.json | head``);
+* 1: something failed: a compile error, a backend that is missing or cannot
+  compile here (reported per key, with the report), a warmup that compiled
+  nothing because every key was filtered out, a bundle that was refused
+  (fingerprint or target mismatch, corruption, bad signature), bad cache entries;
+* 2: usage errors: bad arguments, an unknown target or backend name, a
+  manifest or bundle that does not exist or cannot be read, a kernel it names
+  that cannot be loaded.
 
-An error prints one line; ``-v`` adds the traceback.
+An error prints one line; ``-v`` adds the traceback and full compiler logs.
 """
 
 from __future__ import annotations
@@ -37,9 +38,26 @@ __all__ = ["main"]
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
+_EPILOG = """exit codes:
+  0  ok
+  1  something failed: a compile, a backend, a warmup that compiled nothing,
+     a refused bundle, bad cache entries
+  2  usage error: bad arguments, unknown target or backend, unreadable manifest or bundle
+
+-v prints tracebacks and full compiler logs; -vv adds debug logs."""
+_JSON = "print the result as JSON instead of a table"
+_MANIFEST = "a manifest written by WarmupRegistry.save() (JSON)"
+_BUNDLE = "a .wkb bundle written by `warmkit bundle build`"
+_TARGET = (
+    "compile for this target, e.g. cuda:90, also on a host without a GPU (default: this device)"
+)
+_BACKENDS = "comma-separated backends to warm up; an unknown name is an error (default: all)"
+
 
 class _Parser(argparse.ArgumentParser):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("epilog", _EPILOG)
+        kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
         super().__init__(*args, **kwargs)
         # On every (sub)command, so that `warmkit plan m.json -v` works like `warmkit -v plan m.json`.
         self.add_argument(
@@ -62,15 +80,19 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", parser_class=_Parser)
 
     s = sub.add_parser("list", help="installed backends and kernels")
-    s.add_argument("--json", action="store_true")
+    s.add_argument("--json", action="store_true", help=_JSON)
 
     s = sub.add_parser("plan", help="the keys a manifest expands to, per kernel")
-    s.add_argument("manifest")
-    s.add_argument("--json", action="store_true")
+    s.add_argument("manifest", help=_MANIFEST)
+    s.add_argument(
+        "--target", help="check this target as warmup would; " + _TARGET.split(", ", 1)[1]
+    )
+    s.add_argument("--json", action="store_true", help=_JSON)
 
     s = sub.add_parser("warmup", help="compile every key of a manifest")
-    s.add_argument("manifest")
-    s.add_argument("--target", help="compile for this target, e.g. cuda:90 (default: this device)")
+    s.add_argument("manifest", help=_MANIFEST)
+    s.add_argument("--target", help=_TARGET)
+    s.add_argument("--backends", help=_BACKENDS)
     s.add_argument("-j", "--jobs", type=int, help="parallel compiles (default: CPU count)")
     s.add_argument("--monitor", choices=("off", "warn", "error"), help="monitor mode afterwards")
     s.add_argument(
@@ -79,18 +101,34 @@ def _parser() -> argparse.ArgumentParser:
         help="stop at the first failure, or attempt every key (default: WARMKIT_ON_ERROR, "
         "else collect)",
     )
-    s.add_argument("--json", action="store_true")
+    s.add_argument("--json", action="store_true", help=_JSON)
 
     s = sub.add_parser("bundle", help="build, install or inspect precompiled bundles")
     bsub = s.add_subparsers(dest="bundle_command", parser_class=_Parser, required=True)
     b = bsub.add_parser("build", help="compile a manifest's keys and pack the cache entries")
-    b.add_argument("manifest")
+    b.add_argument("manifest", help=_MANIFEST)
     b.add_argument("-o", "--output", required=True, help="the .wkb file to write")
-    b.add_argument("--target", help="compile for this target, e.g. cuda:90 (default: this device)")
+    b.add_argument("--target", help=_TARGET)
     b.add_argument("-j", "--jobs", type=int, help="parallel compiles (default: CPU count)")
-    b.add_argument("--json", action="store_true")
+    b.add_argument(
+        "--sign", metavar="KEY", help="sign the bundle with this Ed25519 private key (PEM)"
+    )
+    b.add_argument("--json", action="store_true", help=_JSON)
     b = bsub.add_parser("install", help="verify a bundle and install its entries")
-    b.add_argument("bundle")
+    b.add_argument("bundle", help=_BUNDLE)
+    b.add_argument(
+        "--target",
+        help="the target the entries will serve; a bundle for another is refused "
+        "(default: WARMKIT_TARGET, else this host's device)",
+    )
+    b.add_argument(
+        "--trust",
+        action="append",
+        default=[],
+        metavar="PUBKEY",
+        help="require a signature by this Ed25519 public key (PEM); repeatable "
+        "(default: WARMKIT_BUNDLE_TRUST)",
+    )
     b.add_argument(
         "--cache-dir",
         action="append",
@@ -98,10 +136,12 @@ def _parser() -> argparse.ArgumentParser:
         metavar="BACKEND=DIR",
         help="install a backend's entries here instead of its default cache directory",
     )
-    b.add_argument("--json", action="store_true")
+    b.add_argument("--json", action="store_true", help=_JSON)
+    b = bsub.add_parser("keygen", help="make an Ed25519 key pair for signing bundles")
+    b.add_argument("key", help="where to write the private key; the public key goes to KEY.pub")
     b = bsub.add_parser("inspect", help="list a bundle's kernels, keys, target and sizes")
-    b.add_argument("bundle")
-    b.add_argument("--json", action="store_true")
+    b.add_argument("bundle", help=_BUNDLE)
+    b.add_argument("--json", action="store_true", help=_JSON)
 
     s = sub.add_parser("cache", help="check the backends' persistent compile caches")
     csub = s.add_subparsers(dest="cache_command", parser_class=_Parser, required=True)
@@ -122,7 +162,7 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="also move each bad entry into <cache>/.warmkit-quarantine/ (it is then recompiled)",
     )
-    c.add_argument("--json", action="store_true", help="print the result as JSON")
+    c.add_argument("--json", action="store_true", help=_JSON)
     return p
 
 
@@ -198,6 +238,11 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     from ._registry import WarmupRegistry
 
     registry = WarmupRegistry.load(args.manifest)
+    target = args.target or _envs_target()
+    if target is not None:
+        from ._warmup import check_target
+
+        check_target(target, sorted({r.kernel_cls.backend for r in registry} - {None}))
     plan = registry.plan()
     if args.json:
         print(json.dumps({k: [repr(key) for key in keys] for k, keys in plan.items()}, indent=2))
@@ -223,6 +268,8 @@ def _cmd_warmup(args: argparse.Namespace) -> int:
         overrides["on_error"] = "collect"
     if args.target:
         overrides["target"] = args.target
+    if args.backends is not None:
+        overrides["backends"] = args.backends
     if args.jobs is not None:
         overrides["jobs"] = args.jobs
     if args.monitor:
@@ -239,6 +286,13 @@ def _cmd_warmup(args: argparse.Namespace) -> int:
         print(f"warmkit: {exc.report.count('failed')} key(s) failed", file=sys.stderr)
         return EXIT_FAILED
     _print_report(report, args.json)
+    if not report.warm:
+        print(
+            f"warmkit: nothing was warmed up: all {len(report.entries)} key(s) were skipped by "
+            f"the backends allow-list {list(config.backends or ())}",
+            file=sys.stderr,
+        )
+        return EXIT_FAILED
     return EXIT_OK
 
 
@@ -254,6 +308,7 @@ def _cmd_bundle(args: argparse.Namespace) -> int:
             target=args.target or _envs_target(),
             jobs=args.jobs,
             progress="off" if args.json else "auto",
+            sign=args.sign,
         )
         info = inspect_bundle(args.output)
         if args.json:
@@ -267,21 +322,35 @@ def _cmd_bundle(args: argparse.Namespace) -> int:
         return EXIT_OK
     if args.bundle_command == "install":
         dirs = _cache_dirs(args.cache_dir)  # install_bundle checks them against the bundle
-        result = install_bundle(args.bundle, cache_dirs=dirs or None)
+        result = install_bundle(
+            args.bundle,
+            cache_dirs=dirs or None,
+            target=args.target or None,
+            trust=args.trust or None,
+        )
         summary = {
             "installed": len(result.installed),
-            "present": len(result.present),
+            "unchanged": len(result.unchanged),
             "replaced": len(result.replaced),
             "directories": result.directories,
+            "signed_by": result.signed_by,
         }
         if args.json:
             print(json.dumps(summary, indent=2))
         else:
+            signed = f" (signature by trusted key {result.signed_by})" if result.signed_by else ""
             print(
-                f"installed {summary['installed']}, already present {summary['present']}, "
+                f"installed {summary['installed']}, unchanged {summary['unchanged']}, "
                 f"replaced {summary['replaced']} entr(ies) into "
                 + ", ".join(f"{k}: {v}" for k, v in result.directories.items())
+                + signed
             )
+        return EXIT_OK
+    if args.bundle_command == "keygen":
+        from ._signing import generate_key
+
+        private, public = generate_key(args.key)
+        print(f"wrote private key {private} (keep it secret) and public key {public}")
         return EXIT_OK
     info = inspect_bundle(args.bundle)
     if args.json:
@@ -294,11 +363,18 @@ def _cmd_bundle(args: argparse.Namespace) -> int:
     print(
         f"  {t['kernels']} kernel(s), {t['keys']} key(s), {t['files']} file(s), {t['bytes']:,} bytes"
     )
+    sig = info["signature"]
+    print(
+        f"  signature: by key {sig.get('key_id')} (checked at install against trusted keys)"
+        if sig["signed"]
+        else "  signature: unsigned (only its sha256s protect it; see docs/bundles.md)"
+    )
     for name, b in info["backends"].items():
         size = sum(e["size"] for e in b["entries"])
         print(f"  backend {name}: {len(b['entries'])} file(s), {size:,} bytes")
         for field, value in sorted(b["fingerprint"].items()):
-            print(f"    {field}: {value}")
+            # ptxas --version is several lines: keep one line per field
+            print(f"    {field}: {' / '.join(str(value).split(chr(10)))}")
     for name, keys in info["kernels"].items():
         print(f"  {name}: {len(keys)} key(s)")
         for key in keys:
@@ -399,6 +475,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     try:
         return commands[args.command](args)
+    except BrokenPipeError:
+        # The reader went away (`warmkit plan m.json | head`): not an error. Point stdout
+        # at devnull so the interpreter's final flush does not raise again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_OK
     except (WarmupError, BundleError) as exc:  # before ValueError: BundleError is one
         _error(exc, args.verbose)
         return EXIT_FAILED
@@ -407,6 +489,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         BackendUnavailableError,
         PluginLoadError,
         FileNotFoundError,
+        FileExistsError,
         ValueError,
         TypeError,
         LookupError,

@@ -108,6 +108,12 @@ ENVIRONMENT: dict[str, EnvVar] = {
     "WARMKIT_BUNDLE": EnvVar(
         None, _opt_str, "WarmupConfig.bundle: a .wkb bundle to install before compiling."
     ),
+    # Public keys (PEM files) a bundle must be signed by; set = unsigned bundles are refused.
+    "WARMKIT_BUNDLE_TRUST": EnvVar(
+        None,
+        _names,
+        "Comma-separated Ed25519 public key files; a bundle must be signed by one of them.",
+    ),
     # Budget for one search-space expansion, checked before any work.
     "WARMKIT_MAX_POINTS": EnvVar(
         1_000_000, _pos_int, "Default JitKernel.max_points: the largest space expanded."

@@ -160,7 +160,9 @@ class JitKernel(Generic[K]):
     def register_warmup(self, *zip_groups: Any, **space: Any) -> None:
         """Record ``(kernel, space)`` in the active ``WarmupRegistry``; compile nothing.
 
-        Outside an active registry this does nothing (one DEBUG log line).
+        Outside an active registry (e.g. in a worker thread not wrapped with
+        ``registry.bind``) nothing is recorded, and a WARNING naming the kernel
+        and the fix is logged, once per kernel.
 
         Raises:
             TypeError: a value that is not plain immutable data (None, bool,
@@ -174,11 +176,7 @@ class JitKernel(Generic[K]):
         if registry is None:
             # Checked all the same: a mistake must not depend on the scope.
             check_registration(cls, zip_groups, space)
-            logger.debug(
-                "kernel %s: register_warmup(%s) outside an active registry; ignored",
-                cls.name,
-                ", ".join(space),
-            )
+            _warn_unregistered(cls.name, space)
             return
         registry.add(self, *zip_groups, **space)
 
@@ -374,4 +372,31 @@ def _check_plain(kernel: str, name: str, value: Any, *, allow_space: bool = True
         "of these, lists/Choices/IntRange of these) so that a registry never keeps large "
         "objects alive and can be saved. Pass the scalar the kernel dispatches on "
         "(e.g. tensor.shape[1], not the tensor)."
+    )
+
+
+_unregistered: set[str] = set()
+_unregistered_lock = threading.Lock()
+
+
+def _warn_unregistered(kernel: str, space: Any) -> None:
+    """Warn once per kernel that a registration was dropped: nothing would warm it up."""
+    with _unregistered_lock:
+        if kernel in _unregistered:
+            return
+        _unregistered.add(kernel)
+    thread = threading.current_thread()
+    where = (
+        f"in thread {thread.name!r}, which has no active registry: wrap the work handed to "
+        "the thread with registry.bind(fn)"
+        if thread is not threading.main_thread()
+        else "outside any registry: build the engine under `with registry.activate():` "
+        "(in threads: registry.bind(fn))"
+    )
+    logger.warning(
+        "kernel %s: register_warmup(%s) %s. It was dropped, so warmup will not compile it "
+        "(further drops of this kernel are not reported)",
+        kernel,
+        ", ".join(space),
+        where,
     )

@@ -96,7 +96,25 @@ class PluginInfo:
 
 
 def _allowed() -> tuple[str, ...] | None:
-    return _envs.get("WARMKIT_PLUGINS")
+    """``WARMKIT_PLUGINS``, checked: a name no installed plugin has is a typo, not "none".
+
+    Raises:
+        ValueError: it names a plugin that is not installed; the message lists the installed ones.
+    """
+    allowed = _envs.get("WARMKIT_PLUGINS")
+    if allowed:
+        known = {
+            ep.name
+            for group in (BACKENDS_GROUP, KERNELS_GROUP)
+            for ep in importlib.metadata.entry_points(group=group)
+        }
+        unknown = [n for n in allowed if n not in known]
+        if unknown:
+            raise ValueError(
+                f"WARMKIT_PLUGINS names {', '.join(map(repr, unknown))}, which no installed "
+                f"plugin provides; installed: {', '.join(sorted(known)) or '(none)'}"
+            )
+    return allowed
 
 
 def discover(group: str, *, honour_allow_list: bool = True) -> list[PluginInfo]:

@@ -165,6 +165,19 @@ class WarmupReport:
         return self.count("failed") == 0
 
     @property
+    def warm(self) -> bool:
+        """True when warmup ran, nothing failed, and it did not skip every key it planned.
+
+        A warmup whose backend allow-list filtered out every key compiled
+        nothing: it is not warm, and the monitor was not armed.
+        """
+        return (
+            self.enabled
+            and self.ok
+            and not (self.entries and self.count("skipped") == len(self.entries))
+        )
+
+    @property
     def failures(self) -> tuple[ReportEntry, ...]:
         return tuple(e for e in self.entries if e.status == "failed")
 
@@ -260,6 +273,7 @@ def warmup(config: WarmupConfig | None = None, registry: Any = None) -> WarmupRe
         return WarmupReport(enabled=False)
     if registry is None:
         registry = active_registry() or default_registry()
+    _check_backend_names(config.backends)
 
     t_start = time.perf_counter()
     # Plan first: a registration that cannot be planned fails before anything is installed.
@@ -267,7 +281,7 @@ def warmup(config: WarmupConfig | None = None, registry: Any = None) -> WarmupRe
     if config.bundle is not None:
         from ._bundle import install_bundle
 
-        install_bundle(config.bundle)
+        install_bundle(config.bundle, target=config.target)
     n_keys = sum(len(keys) for _, keys in plan.values())
     jobs = config.jobs or os.cpu_count() or 1
     logger.info(
@@ -291,6 +305,8 @@ def warmup(config: WarmupConfig | None = None, registry: Any = None) -> WarmupRe
             continue
         groups.setdefault(b, []).extend((kernel, k) for k in keys)
 
+    check_target(config.target, [b for b in groups if b is not None])
+
     run = _Run(config, n_keys, jobs, t_start)
     try:
         for backend_name, items in groups.items():
@@ -307,13 +323,14 @@ def warmup(config: WarmupConfig | None = None, registry: Any = None) -> WarmupRe
 
     elapsed = time.perf_counter() - t_start
     failures = [e for e in entries if e.status == "failed"]
+    filtered_out = bool(entries) and all(e.status == "skipped" for e in entries)
     report = WarmupReport(
         enabled=True,
         entries=tuple(entries),
         seconds=elapsed,
         target=config.target,
         jobs=jobs,
-        monitor="off" if failures else config.monitor,
+        monitor="off" if failures or filtered_out else config.monitor,
     )
     if failures:
         first = failures[0]
@@ -336,6 +353,22 @@ def warmup(config: WarmupConfig | None = None, registry: Any = None) -> WarmupRe
             failures=failures,
             report=report,
         ) from first.exception
+    if filtered_out:
+        # Not warm: arming the monitor would tell the serving process it is.
+        logger.warning(
+            "warmkit warmup compiled nothing: all %d key(s) were skipped because their "
+            "backends (%s) are not in the backends allow-list %s (WARMKIT_BACKENDS or "
+            "--backends); the process is NOT warm and the monitor is not armed",
+            len(entries),
+            ", ".join(sorted({str(e.backend) for e in entries})),
+            list(config.backends or ()),
+        )
+        return report
+    if not entries:
+        logger.warning(
+            "warmkit warmup: nothing is registered, so nothing was compiled; register kernels "
+            "under `with registry.activate():` (threads: registry.bind(fn)) or load a manifest"
+        )
     logger.info(
         "warmkit warmup done in %.2fs: %d compiled, %d cached, %d skipped",
         elapsed,
@@ -506,6 +539,50 @@ def _prepare_backend(
     # With no device and no target, the backend's compile() says what to do: only it
     # knows whether it needs a device at all.
     return backend, target
+
+
+def check_target(target: str | None, backends: Sequence[str]) -> None:
+    """The one check of a target, for ``warmup``, ``plan`` and ``bundle build``: before any compile.
+
+    Each backend that can spell targets (``canonical_target``) must accept
+    ``target``; a backend that cannot be loaded is left to the compile, which
+    reports it per key.
+
+    Raises:
+        ValueError: a backend rejects the target; the message names both and the accepted forms.
+    """
+    if target is None:
+        return
+    from ._plugins import get_backend
+
+    for name in backends:
+        try:
+            backend = get_backend(name)
+        except Exception as exc:  # noqa: BLE001 -- reported per key, with its install hint
+            logger.debug("target check skipped for backend %s: %s", name, exc)
+            continue
+        canonical = getattr(backend, "canonical_target", None)
+        if canonical is None:
+            continue
+        try:
+            canonical(target)
+        except (ValueError, TypeError) as exc:
+            raise ValueError(f"target {target!r} (backend {name!r}): {exc}") from exc
+
+
+def _check_backend_names(names: tuple[str, ...] | None) -> None:
+    """An allow-list naming no installed backend is a typo that would skip keys silently."""
+    if not names:
+        return
+    from ._plugins import BACKENDS_GROUP, discover
+
+    known = [i.name for i in discover(BACKENDS_GROUP, honour_allow_list=False)]
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ValueError(
+            f"WarmupConfig.backends (WARMKIT_BACKENDS or --backends) names unknown backend(s) "
+            f"{', '.join(map(repr, unknown))}; installed backends: {', '.join(known) or '(none)'}"
+        )
 
 
 def _describe(exc: BaseException) -> str:

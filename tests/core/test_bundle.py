@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import tarfile
 import threading
 from pathlib import Path
@@ -22,7 +23,7 @@ TARGET = "fake:1"
 
 
 @pytest.fixture
-def site(fake_backend, tmp_path):
+def site(fake_backend, tmp_path, monkeypatch):
     """Backends ``fakebundle``/``fakebundle2`` installed; each with a runtime cache dir of its own."""
     mod = bb.__name__
     fake_backend.add_dist(
@@ -34,6 +35,7 @@ def site(fake_backend, tmp_path):
         },
     )
     bb.reset()
+    monkeypatch.setenv("WARMKIT_TARGET", TARGET)  # the target installs serve
     BundleBackend.root = tmp_path / "runtime-cache"
     OtherBundleBackend.root = tmp_path / "runtime-cache-2"
     yield fake_backend
@@ -159,7 +161,7 @@ def test_install_relocates_and_warmup_hits(site, reg, bundle):
     res = warmkit.install_bundle(bundle)
     dest = BundleBackend.root
     assert res.directories == {"fakebundle": str(dest)}
-    assert len(res.installed) == 6 and res.present == res.replaced == ()
+    assert len(res.installed) == 6 and res.unchanged == res.replaced == ()
     assert entries(dest) == {e.split("/", 1)[1] for e in res.installed}
     assert hidden(dest) == []  # staging removed
     for e in entries(dest):
@@ -186,7 +188,7 @@ def test_reinstall_is_idempotent(site, bundle):
     stamp = {p: p.stat().st_mtime_ns for p in dest.rglob("*")}
     again = warmkit.install_bundle(bundle)
     assert again.installed == again.replaced == ()
-    assert sorted(again.present) == sorted(first.installed)
+    assert sorted(again.unchanged) == sorted(first.installed)
     assert {p: p.stat().st_mtime_ns for p in dest.rglob("*")} == stamp
 
 
@@ -197,7 +199,7 @@ def test_a_different_entry_is_replaced(site, bundle):
     (dest / victim / "payload.bin").write_bytes(b"half-written")
     (dest / victim / "junk.tmp").write_bytes(b"left over")
     res = warmkit.install_bundle(bundle)
-    assert res.replaced == (f"fakebundle/{victim}",) and len(res.present) == 5
+    assert res.replaced == (f"fakebundle/{victim}",) and len(res.unchanged) == 5
     assert not (dest / victim / "junk.tmp").exists()
     assert (dest / victim / "payload.bin").read_bytes() != b"half-written"
     assert hidden(dest) == []
@@ -231,7 +233,7 @@ def test_concurrent_installs_in_threads(site, reg, bundle):
         t.join()
     assert errors == []
     for r in results:
-        assert len(r.installed) + len(r.present) + len(r.replaced) == 6
+        assert len(r.installed) + len(r.unchanged) + len(r.replaced) == 6
     dest = BundleBackend.root
     assert len(entries(dest)) == 6 and hidden(dest) == []
     report = warmkit.warmup(WarmupConfig(target=TARGET, progress="off"), reg)
@@ -433,7 +435,7 @@ def test_cli_build_inspect_install(site, reg, tmp_path, capsys):
     code, stdout, _ = run(capsys, "bundle", "install", str(out), "--json")
     assert code == 0 and json.loads(stdout)["installed"] == 6
     code, stdout, _ = run(capsys, "bundle", "install", str(out))
-    assert code == 0 and "already present 6" in stdout
+    assert code == 0 and "unchanged 6" in stdout
     other = tmp_path / "other"
     code, stdout, _ = run(
         capsys, "bundle", "install", str(out), "--cache-dir", f"fakebundle={other}"
@@ -488,4 +490,127 @@ def test_an_entry_swapped_out_while_being_compared_is_replaced(site, bundle, mon
     assert gone and victim in {e.split("/", 1)[1] for e in res.replaced + res.installed}
     monkeypatch.setattr(_integrity, "sha256_file", real)
     again = warmkit.install_bundle(bundle)
-    assert len(again.present) == 6
+    assert len(again.unchanged) == 6
+
+
+# -- the target served, corrupt archives, atomic publishing, identity --------------------------
+
+
+def test_a_bundle_for_another_target_is_refused_naming_both(site, reg, bundle, monkeypatch):
+    with pytest.raises(
+        BundleError, match=r"built for target fake:1 but is installed to serve fake:2"
+    ) as e:
+        warmkit.install_bundle(bundle, target="fake:2")
+    assert (e.value.field, e.value.backend) == ("target", "fakebundle")
+    monkeypatch.setenv("WARMKIT_TARGET", "fake:2")  # the configured target
+    with pytest.raises(BundleError, match="fake:2"):
+        warmkit.install_bundle(bundle)
+    with pytest.raises(BundleError, match="fake:2"):
+        warmkit.warmup(WarmupConfig(target="fake:2", progress="off", bundle=str(bundle)), reg)
+    assert entries(BundleBackend.root) == set() and BundleBackend.log == []
+
+
+def test_without_a_target_the_local_device_is_the_one_served(site, bundle, monkeypatch, caplog):
+    monkeypatch.delenv("WARMKIT_TARGET")
+    monkeypatch.setattr(BundleBackend, "device", "fake:7")  # this host's device
+    with pytest.raises(BundleError, match="serve fake:7"):
+        warmkit.install_bundle(bundle)
+    monkeypatch.setattr(BundleBackend, "device", None)  # no device, no target: said, not hidden
+    res = warmkit.install_bundle(bundle)
+    assert len(res.installed) == 6
+    assert any("cannot be checked" in r.getMessage() for r in caplog.records)
+
+
+def test_a_bit_flip_anywhere_is_a_bundle_error_or_changes_nothing(site, bundle, tmp_path):
+    """Every 7th byte of the archive, one bit flipped: a BundleError, never a raw error or a bad entry.
+
+    A flip in the gzip header's name/mtime, or in a redundant bit of a deflate
+    block, leaves the content byte-identical: that bundle installs correctly.
+    """
+    import gzip
+
+    data = bundle.read_bytes()
+    content = gzip.decompress(data)
+    harmless = refused = 0
+    for i in range(0, len(data), 7):
+        flipped = bytearray(data)
+        flipped[i] ^= 0x10
+        bad = tmp_path / "flipped.wkb"
+        bad.write_bytes(bytes(flipped))
+        try:
+            same = gzip.decompress(bytes(flipped)) == content
+        except (OSError, EOFError, ValueError, __import__("zlib").error):
+            same = False
+        if same:
+            harmless += 1
+            assert (
+                len(
+                    warmkit.install_bundle(bad, cache_dirs={"fakebundle": tmp_path / "ok"}).replaced
+                )
+                == 0
+            )
+            continue
+        refused += 1
+        with pytest.raises(BundleError):
+            warmkit.install_bundle(bad)
+        with pytest.raises(BundleError):
+            warmkit.inspect_bundle(bad)
+    assert refused > harmless > 0
+    assert entries(BundleBackend.root) == set() and hidden(BundleBackend.root) == []
+
+
+def test_readers_never_see_an_entry_missing_while_installs_replace_it(site, bundle):
+    """Readers resolve every entry as the runtime does (index.json -> payload) during 40 replacing installs."""
+    warmkit.install_bundle(bundle)
+    dest = BundleBackend.root
+    names = sorted(entries(dest))
+    good = {n: (dest / n / "payload.bin").read_bytes() for n in names}
+    stop = threading.Event()
+    errors: list[BaseException] = []
+    reads = [0]
+
+    def reader():
+        while not stop.is_set():
+            for n in names:
+                try:
+                    index = json.loads((dest / n / "index.json").read_text())
+                    payload = (Path(index["self"]) / "payload.bin").read_bytes()
+                    assert payload in (good[n], b"stale"), payload[:20]
+                    reads[0] += 1
+                except BaseException as exc:  # noqa: BLE001 - collected for the assertion
+                    errors.append(exc)
+                    return
+
+    threads = [threading.Thread(target=reader) for _ in range(3)]
+    for t in threads:
+        t.start()
+    try:
+        for _ in range(40):
+            for n in names:  # an entry gone stale, written atomically (it is not the subject)
+                (dest / n / "payload.tmp").write_bytes(b"stale")
+                os.replace(dest / n / "payload.tmp", dest / n / "payload.bin")
+            res = warmkit.install_bundle(bundle)
+            assert len(res.replaced) == 6
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    assert errors == [] and reads[0] > 0
+    assert hidden(dest) == []
+
+
+def test_identical_builds_reinstall_as_unchanged(site, reg, tmp_path):
+    # Each build compiles in a temporary directory of its own, whose path the entries'
+    # index files hold until install relocates them: identity is taken after that.
+    warmkit.build_bundle(reg, tmp_path / "a.wkb", target=TARGET, progress="off")
+    BundledKernel._warmkit_forget()
+    warmkit.build_bundle(reg, tmp_path / "b.wkb", target=TARGET, progress="off")
+    warmkit.install_bundle(tmp_path / "a.wkb")
+    res = warmkit.install_bundle(tmp_path / "b.wkb")
+    assert len(res.unchanged) == 6 and res.replaced == () and res.installed == ()
+
+
+def test_install_cache_dirs_naming_a_backend_not_in_the_bundle_is_an_error(site, bundle, tmp_path):
+    with pytest.raises(ValueError, match=r"'tilelang', which has no entries.*fakebundle"):
+        warmkit.install_bundle(bundle, cache_dirs={"tilelang": tmp_path / "x"})
+    assert entries(BundleBackend.root) == set()

@@ -272,3 +272,53 @@ def test_python_m_warmkit_list_json_and_exit_codes(manifest, tmp_path):
     assert missing.returncode == 2
     assert one_line(missing.stderr).startswith("warmkit: error: ManifestError")
     assert missing.stdout == ""
+
+
+# -- operator's details -----------------------------------------------------------------
+
+
+def test_help_lists_exit_codes_and_every_argument_has_help():
+    import argparse
+
+    from warmkit._cli import _parser
+
+    def walk(parser):
+        yield parser
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for sub in action.choices.values():
+                    yield from walk(sub)
+
+    for parser in walk(_parser()):
+        assert "exit codes:" in parser.format_help() and "2  usage error" in parser.format_help()
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                continue
+            assert action.help, f"{parser.prog}: {action.dest} has no help text"
+
+
+def test_unknown_backend_name_on_the_command_line_exits_2(capsys, manifest):
+    code, _out, err = run(capsys, "warmup", str(manifest), "--backends", "tritn")
+    assert code == 2 and "'tritn'" in one_line(err)
+
+
+def test_a_warmup_that_filters_out_every_key_exits_1(capsys, fake_backend, tmp_path):
+    reg = WarmupRegistry()
+    reg.add(_kernels.ScaleKernel, n=[1, 2])
+    path = reg.save(tmp_path / "m.json")
+    code, _out, err = run(capsys, "warmup", str(path), "--backends", "tilelang")
+    assert code == 1 and "nothing was warmed up" in err
+
+
+def test_a_closed_pipe_exits_0_quietly(manifest):
+    script = (
+        f"{sys.executable} -m warmkit plan {manifest} | head -c 1 >/dev/null; "
+        'echo "rc=${PIPESTATUS[0]}"'
+    )
+    big = WarmupRegistry()
+    big.add(PyKernel, n=warmkit.IntRange(1, 4000), flag=[False, True])
+    big.save(manifest)
+    res = subprocess.run(
+        ["bash", "-c", script], capture_output=True, text=True, timeout=120, check=False, env=_env()
+    )
+    assert "rc=0" in res.stdout and "Traceback" not in res.stderr and res.stderr == ""

@@ -35,6 +35,7 @@ VALID = {
     "WARMKIT_PROGRESS": [("auto", "auto"), ("on", "on"), ("off", "off")],
     "WARMKIT_BACKENDS": [("triton", ("triton",)), ("b, a,,a", ("a", "b")), ("", ())],
     "WARMKIT_BUNDLE": [("kernels.wkb", "kernels.wkb"), (" /b/k.wkb ", "/b/k.wkb"), ("", None)],
+    "WARMKIT_BUNDLE_TRUST": [("/k/a.pub, /k/b.pub", ("/k/a.pub", "/k/b.pub")), ("", ())],
     "WARMKIT_PLUGINS": [("triton,blocktable.slot_mapping", ("blocktable.slot_mapping", "triton"))],
     "WARMKIT_MAX_POINTS": [("10", 10), ("1_000_000", 1_000_000)],
     "WARMKIT_RANK": [("0", 0), ("3", 3), (" 7 ", 7)],

@@ -520,15 +520,32 @@ def test_register_warmup_accepts_plain_data_and_space_objects(registry):
     assert _kernels.COMPILES == []  # registering compiles nothing
 
 
-def test_register_warmup_outside_a_registry_logs_at_debug_and_records_nothing(caplog):
+def test_a_dropped_registration_warns_once_naming_the_kernel_and_the_fix(caplog, monkeypatch):
+    from warmkit import _kernel
+
+    monkeypatch.setattr(_kernel, "_unregistered", set())
     caplog.set_level(logging.DEBUG, logger="warmkit")
     before = len(warmkit.default_registry())
     PyKernel().register_warmup(n=1)
+    PyKernel().register_warmup(n=2)  # the same kernel again: not reported twice
     assert len(warmkit.default_registry()) == before
     assert _kernels.COMPILES == []
-    (record,) = [r for r in caplog.records if "outside an active registry" in r.getMessage()]
-    assert record.levelno == logging.DEBUG
-    assert PyKernel.name in record.getMessage()
+    (record,) = [r for r in caplog.records if "dropped" in r.getMessage()]
+    assert record.levelno == logging.WARNING
+    assert PyKernel.name in record.getMessage() and "registry.activate()" in record.getMessage()
+
+    # From a worker thread that was not bound: the fix is registry.bind.
+    monkeypatch.setattr(_kernel, "_unregistered", set())
+    caplog.clear()
+    reg = warmkit.WarmupRegistry()
+    with reg.activate():
+        t = threading.Thread(target=PyKernel().register_warmup, kwargs={"n": 3}, name="loader")
+        t.start()
+        t.join()
+    assert len(reg) == 0
+    (record,) = [r for r in caplog.records if "dropped" in r.getMessage()]
+    assert record.levelno == logging.WARNING and "'loader'" in record.getMessage()
+    assert "registry.bind(fn)" in record.getMessage() and PyKernel.name in record.getMessage()
 
 
 def test_register_warmup_checks_names_outside_a_registry_too():

@@ -321,3 +321,13 @@ def test_kernel_entry_point_is_imported_only_when_loaded(plugin_site):
     assert "wkp_lazy_kernel" not in sys.modules
     assert plugins.load_kernel("lazy.k").__name__ == "Lazy"
     assert "wkp_lazy_kernel" in sys.modules
+
+
+def test_an_unknown_name_in_the_plugin_allow_list_is_an_error_naming_the_installed(
+    fake_backend, monkeypatch
+):
+    monkeypatch.setenv("WARMKIT_PLUGINS", "fake,tritn")
+    with pytest.raises(ValueError, match=r"WARMKIT_PLUGINS names 'tritn'.*installed:.*fake"):
+        plugins.discover(plugins.BACKENDS_GROUP)
+    with pytest.raises(ValueError, match="'tritn'"):
+        plugins.get_backend("fake")

@@ -563,3 +563,52 @@ def test_config_backends_is_a_normalised_allow_list():
     assert WarmupConfig(backends="triton, fake").backends == ("fake", "triton")
     assert WarmupConfig(backends=["b", "a", "a"]).backends == ("a", "b")
     assert WarmupConfig(backends=[]).backends == ()
+
+
+# -- nothing is skipped silently ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("via", ["config", "env"])
+def test_an_unknown_backend_name_is_a_config_error_naming_the_known_ones(
+    fake_backend, monkeypatch, via
+):
+    reg = reg_of((ScaleKernel, {"n": [1, 2]}))
+    if via == "env":
+        monkeypatch.setenv("WARMKIT_BACKENDS", "fake,tritn")
+        config = WarmupConfig.from_env(progress="off", monitor="off")
+    else:
+        config = cfg(backends="tritn")
+    with pytest.raises(
+        ValueError, match=r"unknown backend\(s\) 'tritn'.*installed backends:.*fake"
+    ):
+        warmkit.warmup(config, reg)
+    assert _kernels.COMPILES == [] and warmkit.monitor.mode() == "off"
+
+
+def test_a_warmup_that_filtered_out_every_key_says_so_and_is_not_warm(fake_backend, caplog):
+    reg = reg_of((ScaleKernel, {"n": [1, 2]}))
+    caplog.set_level(logging.WARNING, logger="warmkit")
+    report = warmkit.warmup(cfg(backends="tilelang", monitor="error"), reg)
+    assert statuses(report) == ["skipped", "skipped"] and report.ok
+    assert not report.warm and report.monitor == "off" and warmkit.monitor.mode() == "off"
+    (msg,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert "compiled nothing" in msg and "NOT warm" in msg and "fake" in msg
+    # Partly filtered on purpose: the allowed keys are warm.
+    report = warmkit.warmup(cfg(backends="fake", monitor="warn"), reg_of((ScaleKernel, {"n": 3})))
+    assert report.warm and warmkit.monitor.mode() == "warn"
+
+
+def test_an_unknown_target_is_refused_before_any_compile(fake_backend, monkeypatch):
+    def canonical_target(self, target):
+        if target != "fake:1":
+            raise ValueError(f"unknown fake target {target!r}; accepted: 'fake:1'")
+        return target
+
+    monkeypatch.setattr(FakeBackend, "canonical_target", canonical_target, raising=False)
+    reg = reg_of((ScaleKernel, {"n": [1, 2]}))
+    with pytest.raises(
+        ValueError, match=r"target 'fake:999' \(backend 'fake'\).*accepted: 'fake:1'"
+    ):
+        warmkit.warmup(cfg(target="fake:999"), reg)
+    assert _kernels.COMPILES == []
+    assert statuses(warmkit.warmup(cfg(target="fake:1"), reg)) == ["compiled", "compiled"]

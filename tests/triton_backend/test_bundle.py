@@ -36,6 +36,12 @@ TARGET = AOT_TARGET
 N_KEYS = 4
 
 
+@pytest.fixture(autouse=True)
+def _serve_target(monkeypatch):
+    """In-process installs serve TARGET, as the CLI's do (cli() sets WARMKIT_TARGET)."""
+    monkeypatch.setenv("WARMKIT_TARGET", TARGET)
+
+
 def _env(cache: Path | None = None, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("WARMKIT_")}
     env["PYTHONPATH"] = os.pathsep.join([str(IMPORT_ROOT), env.get("PYTHONPATH", "")]).rstrip(
@@ -43,6 +49,7 @@ def _env(cache: Path | None = None, **extra: str) -> dict[str, str]:
     )
     if cache is not None:
         env["TRITON_CACHE_DIR"] = str(cache)
+    env["WARMKIT_TARGET"] = TARGET  # what installs serve (on an H200 that is not the GPU's)
     env.update(extra)
     return env
 
@@ -125,7 +132,7 @@ def test_build_install_elsewhere_then_disk_hits_only(built, tmp_path):
     res = cli("bundle", "install", str(bundle), "--json", cache=dest)
     assert res.returncode == 0, res.stderr
     summary = json.loads(res.stdout)
-    assert summary["installed"] == N_KEYS and summary["present"] == summary["replaced"] == 0
+    assert summary["installed"] == N_KEYS and summary["unchanged"] == summary["replaced"] == 0
     assert summary["directories"] == {"triton": str(dest)}
     assert len(entries(dest)) == N_KEYS
     assert not list(dest.glob(".warmkit-staging-*"))
@@ -145,10 +152,10 @@ def test_reinstall_is_idempotent(built, tmp_path):
     again = warmkit.install_bundle(bundle, cache_dirs={"triton": dest})
     assert len(first.installed) == N_KEYS
     assert again.installed == () and again.replaced == ()
-    assert sorted(again.present) == sorted(first.installed)
+    assert sorted(again.unchanged) == sorted(first.installed)
     assert {p: p.stat().st_mtime_ns for p in dest.rglob("*")} == before
     res = cli("bundle", "install", str(bundle), "--json", cache=dest)
-    assert res.returncode == 0 and json.loads(res.stdout)["present"] == N_KEYS
+    assert res.returncode == 0 and json.loads(res.stdout)["unchanged"] == N_KEYS
 
 
 def test_warmup_config_bundle_installs_then_hits(built, tmp_path):
@@ -300,7 +307,7 @@ def test_concurrent_installs_all_succeed_and_leave_a_correct_cache(built, tmp_pa
         assert p.returncode == 0, err
         results.append(json.loads(out))
     for r in results:
-        assert r["installed"] + r["present"] + r["replaced"] == N_KEYS
+        assert r["installed"] + r["unchanged"] + r["replaced"] == N_KEYS
     if not stale:
         assert sum(r["installed"] for r in results) >= 1
     assert len(entries(dest)) == N_KEYS
@@ -340,3 +347,52 @@ def test_cli_exit_codes(built, tmp_path):
         res = cli("bundle", cmd, str(not_a_bundle), cache=tmp_path / "cache")
         assert res.returncode == 1, (cmd, res.stderr)
         assert len([ln for ln in res.stderr.splitlines() if ln.strip()]) == 1  # one clear line
+
+
+@pytest.mark.parametrize("command", ["warmup", "plan", "bundle build"])
+def test_an_unsupported_target_is_one_line_exit_2_and_writes_nothing(tmp_path, command):
+    reg = warmkit.WarmupRegistry()
+    reg.add(Add, n=64, block=[64, 128])
+    manifest = reg.save(tmp_path / "warmup.json")
+    cache = tmp_path / "cache"
+    extra = ["-o", str(tmp_path / "k.wkb")] if command == "bundle build" else []
+    res = cli(*command.split(), str(manifest), "--target", "cuda:999", *extra, cache=cache)
+    lines = [line for line in res.stderr.splitlines() if line.strip()]
+    assert res.returncode == 2 and len(lines) == 1, res.stderr
+    assert "cuda:999" in lines[0] and "supported: " in lines[0] and "cuda:90" in lines[0]
+    assert res.stdout == "" and entries(cache) == set()
+    assert not (tmp_path / "k.wkb").exists()
+
+
+def test_bundle_output_under_a_regular_file_fails_before_compiling(tmp_path):
+    reg = warmkit.WarmupRegistry()
+    reg.add(Add, n=64, block=64)
+    manifest = reg.save(tmp_path / "warmup.json")
+    (tmp_path / "file").write_text("x")
+    cache = tmp_path / "cache"
+    res = cli(
+        "bundle", "build", str(manifest), "--target", TARGET, "-o", str(tmp_path / "file" / "k.wkb"),
+        cache=cache,
+    )  # fmt: skip
+    assert (
+        res.returncode == 2
+        and "is not a directory" in res.stderr
+        and str(tmp_path / "file") in res.stderr
+    )
+    assert entries(cache) == set()  # nothing was compiled
+
+
+def test_a_rebuilt_bundle_reinstalls_as_unchanged(built, tmp_path):
+    """Two builds of one manifest, each in its own temporary cache: identical entries after install."""
+    manifest, bundle, _ = built
+    again = tmp_path / "again.wkb"
+    res = cli(
+        "bundle", "build", str(manifest), "--target", TARGET, "-o", str(again), cache=tmp_path / "c"
+    )
+    assert res.returncode == 0, res.stderr
+    dest = tmp_path / "serving"
+    assert len(warmkit.install_bundle(bundle, cache_dirs={"triton": dest}).installed) == N_KEYS
+    second = warmkit.install_bundle(again, cache_dirs={"triton": dest})
+    assert len(second.unchanged) == N_KEYS and second.replaced == () and second.installed == ()
+    for record in dest.glob("*/warmkit-aot.json"):
+        assert str(tmp_path) not in record.read_text()  # no build path in what was shipped

@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import hashlib
 import json
 import logging
 import os
 import platform
 import re
+import subprocess
 import sys
 import sysconfig
 import threading
@@ -46,6 +48,7 @@ __all__ = [
     "fingerprint",
     "parse_target",
     "relocate_cache_entry",
+    "validate_target",
     "validity_record",
     "write_entry_record",
 ]
@@ -113,6 +116,44 @@ def parse_target(target: str) -> Target:
             f"does not support; accepted: {ACCEPTED_TARGETS}"
         )
     return Target("cuda", cc)
+
+
+@functools.lru_cache(maxsize=8)
+def _ptxas_archs(path: str) -> frozenset[int]:
+    """The ``sm_XY`` values a ptxas accepts for ``--gpu-name`` (from its ``--help``)."""
+    out = subprocess.run(
+        [path, "--help"], capture_output=True, text=True, timeout=30, check=False
+    ).stdout
+    return frozenset(int(m) for m in re.findall(r"'sm_(\d+)[af]?'", out))
+
+
+def validate_target(target: str) -> Target:
+    """``parse_target``, then check that the ptxas Triton would use can compile for it.
+
+    Without this, ``cuda:999`` parses and ptxas fails per key with thousands of
+    lines (a PTX dump) and half-written cache entries.
+
+    Raises:
+        ValueError: a malformed target, or one that ptxas does not support; the
+            message names the accepted targets.
+        TypeError: not a string.
+    """
+    tgt = parse_target(target)
+    try:
+        from triton.backends.nvidia import compiler as nv
+
+        path = nv.get_ptxas(tgt.arch).path
+        archs = _ptxas_archs(path)
+    except Exception as exc:  # noqa: BLE001 - cannot tell here; the compile will say
+        logger.debug("cannot list the archs of ptxas for %s: %s", tgt, exc)
+        return tgt
+    if archs and tgt.arch not in archs:
+        supported = ", ".join(f"cuda:{a}" for a in sorted(archs) if a >= 70)
+        raise ValueError(
+            f"unknown Triton target {target!r}: the ptxas Triton uses ({path}) cannot compile "
+            f"for sm_{tgt.arch}; supported: {supported}"
+        )
+    return tgt
 
 
 class AotDriver:

@@ -47,6 +47,7 @@ from ._aot import (
     parse_target,
     relocate_cache_entry,
     routing,
+    validate_target,
     write_entry_record,
 )
 from ._cache import entry_dir, record_entry, verify_cache_entry, verifying
@@ -171,9 +172,9 @@ class TritonBackend:
         """The canonical spelling of a target (``"sm_90"`` -> ``"cuda:90"``), as ``default_target`` gives it.
 
         Raises:
-            ValueError: an unknown target string.
+            ValueError: an unknown target string, or one this Triton's ptxas cannot compile for.
         """
-        return str(parse_target(target))
+        return str(validate_target(target))
 
     def parallelism(self, target: str | None) -> int:
         """Compiles worth running at once: one per CPU core (Triton releases the GIL), at most 32."""
@@ -336,9 +337,10 @@ class TritonBackend:
             _real_driver()
         except Exception as exc:
             raise RuntimeError(
-                f"kernel {name!r}: no GPU is visible to Triton ({exc}). For an ahead-of-time compile "
-                "on this host pass a target, e.g. warmkit.WarmupConfig(target='cuda:90'); to run "
-                "kernels on CPU set TRITON_INTERPRET=1 before importing them"
+                f"kernel {name!r}: no GPU is visible to Triton ({exc}). To compile ahead of time "
+                "on this host, give a target: `--target cuda:90` on the warmkit command line, "
+                "WARMKIT_TARGET=cuda:90, or warmkit.WarmupConfig(target='cuda:90') in Python; to "
+                "run kernels on CPU set TRITON_INTERPRET=1 before importing them"
             ) from exc
         self._forget_in_memory(fn)
         with _device_guard(scope.device if scope is not None else None):
@@ -440,7 +442,7 @@ class TritonBackend:
             target = self.default_target()
         if target is None or target == INTERPRETER:
             return fingerprint(None)
-        return fingerprint(parse_target(target))
+        return fingerprint(validate_target(target))
 
     @contextlib.contextmanager
     def cache_scope(self, directory: str | os.PathLike[str]) -> Iterator[Path]:
