@@ -139,13 +139,11 @@ def validate_target(target: str) -> Target:
         TypeError: not a string.
     """
     tgt = parse_target(target)
+    path = api.ptxas_info(tgt.arch).get("path")
     try:
-        from triton.backends.nvidia import compiler as nv
-
-        path = nv.get_ptxas(tgt.arch).path
-        archs = _ptxas_archs(path)
-    except Exception as exc:  # noqa: BLE001 - cannot tell here; the compile will say
-        logger.debug("cannot list the archs of ptxas for %s: %s", tgt, exc)
+        archs = _ptxas_archs(str(path)) if path and os.path.isfile(path) else frozenset()
+    except (OSError, subprocess.SubprocessError) as exc:  # cannot tell here; the compile will say
+        logger.debug("cannot list the archs of ptxas %s for %s: %s", path, tgt, exc)
         return tgt
     if archs and tgt.arch not in archs:
         supported = ", ".join(f"cuda:{a}" for a in sorted(archs) if a >= 70)
