@@ -10,7 +10,17 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from . import monitor
-from ._backend import Backend, BackendStatus, current_target
+from ._backend import (
+    Backend,
+    BackendStatus,
+    BundleCapable,
+    CacheProbe,
+    CanonicalTargets,
+    Executor,
+    MonitorHooks,
+    ReportsCacheHit,
+    current_target,
+)
 from ._exceptions import (
     BackendNotImplementedError,
     BackendUnavailableError,
@@ -31,7 +41,7 @@ from ._registry import (
     active_registry,
     default_registry,
 )
-from ._space import Choices, IntRange, ZipGroup, zip_inputs
+from ._space import Choices, DispatchInfo, IntRange, ZipGroup, zip_inputs
 from ._warmup import ReportEntry, WarmupConfig, WarmupReport, warmup
 
 __version__ = "0.1.0"
@@ -41,17 +51,24 @@ __all__ = [
     "BackendNotImplementedError",
     "BackendStatus",
     "BackendUnavailableError",
+    "BundleCapable",
     "BundleError",
     "BundleInstall",
+    "CacheProbe",
+    "CanonicalTargets",
     "Choices",
+    "DispatchInfo",
+    "Executor",
     "IntRange",
     "JitKernel",
     "KernelDefinitionError",
     "ManifestError",
+    "MonitorHooks",
     "PluginFailure",
     "PluginLoadError",
     "Registration",
     "ReportEntry",
+    "ReportsCacheHit",
     "RuntimeCompileError",
     "WarmkitError",
     "WarmupConfig",

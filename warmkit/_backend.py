@@ -1,16 +1,24 @@
-"""The backend interface, the compile target, and the stub backends.
+"""The plugin contract: what a backend and its executors implement; the compile target; the stubs.
 
 A backend compiles kernels of one DSL (Triton, TileLang, CuTe DSL ...). It is
-published as an entry point in the group ``warmkit.backends``; see
-``docs/plugins.md`` and ``docs/architecture.md``.
+published as an entry point in the group ``warmkit.backends``. It must satisfy
+:class:`Backend`; each optional capability is a protocol of its own
+(:class:`BundleCapable`, :class:`CacheProbe`, :class:`MonitorHooks`,
+:class:`CanonicalTargets`), and the core uses a capability only where
+``isinstance(backend, Protocol)`` says the backend has it. What ``compile``
+returns satisfies :class:`Executor` (and :class:`ReportsCacheHit` when it can
+tell). ``docs/architecture.md`` is the guide, with the checklist a new backend
+must pass.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import os
+from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager as ContextManager
 from contextvars import ContextVar
+from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 import attrs
@@ -20,9 +28,17 @@ from ._exceptions import BackendNotImplementedError
 __all__ = [
     "Backend",
     "BackendStatus",
+    "BundleCapable",
+    "CacheProbe",
+    "CanonicalTargets",
     "CuteDSLStubBackend",
+    "Executor",
+    "MonitorHooks",
+    "ReportsCacheHit",
     "TileLangStubBackend",
     "current_target",
+    "entry_check",
+    "missing_members",
     "target_scope",
 ]
 
@@ -67,12 +83,16 @@ class BackendStatus:
 
 @runtime_checkable
 class Backend(Protocol):
-    """What a ``warmkit.backends`` entry point provides. See ``docs/architecture.md``."""
+    """What every ``warmkit.backends`` entry point provides (checked when it loads).
+
+    The entry point names a class (constructed with no arguments) or an object.
+    ``name`` may be left out: the loader sets it to the entry-point name.
+    """
 
     name: str
 
     def available(self) -> BackendStatus:
-        """Whether this backend can compile here, and how to fix it if not."""
+        """Whether this backend can compile here, and how to fix it if not. Never raises."""
         ...
 
     def default_target(self) -> str | None:
@@ -80,24 +100,116 @@ class Backend(Protocol):
         ...
 
     def parallelism(self, target: str | None) -> int:
-        """How many compiles are worth running at once (1 = serial)."""
+        """How many compiles are worth running at once for ``target`` (1 = serial)."""
         ...
 
     def compile_scope(self, target: str | None, jobs: int) -> ContextManager[Any]:
-        """A context entered around one warmup's compiles on this backend."""
+        """A context entered around one warmup's compiles on this backend (pools, drivers, hooks)."""
         ...
 
     def compile(self, kernel: Any, key: Any, target: str | None) -> Any:
-        """Compile ``key`` of ``kernel`` for ``target`` and return its executor."""
+        """Compile ``key`` of ``kernel`` for ``target`` (None = this device); return an :class:`Executor`.
+
+        Safe to call from several threads inside one ``compile_scope``. Raises
+        an error naming the kernel and key when it cannot compile.
+        """
         ...
 
+
+@runtime_checkable
+class MonitorHooks(Protocol):
+    """Optional: runtime-compile hooks that report to ``warmkit.monitor``.
+
+    A backend without them is watched only through ``JitKernel.get_or_compile``.
+    """
+
     def install_monitor(self) -> None:
-        """Install runtime-compile hooks that report to ``warmkit.monitor`` (idempotent)."""
+        """Install hooks that report every runtime compile to ``warmkit.monitor`` (idempotent)."""
         ...
 
     def uninstall_monitor(self) -> None:
         """Remove them, restoring whatever was installed before (idempotent)."""
         ...
+
+
+@runtime_checkable
+class CanonicalTargets(Protocol):
+    """Optional: one spelling per target, so that ``"sm_90"`` and ``"cuda:90"`` are one target."""
+
+    def canonical_target(self, target: str) -> str:
+        """The spelling ``default_target`` uses; raises ``ValueError`` for an unknown target."""
+        ...
+
+
+@runtime_checkable
+class BundleCapable(Protocol):
+    """Optional: export and import of the backend's persistent cache (``warmkit`` bundles)."""
+
+    def cache_dir(self) -> Path:
+        """The absolute directory the backend's runtime looks compiled entries up in."""
+        ...
+
+    def cache_fingerprint(self, target: str | None) -> Mapping[str, str]:
+        """What entries built for ``target`` are valid for; must be equal where they are used."""
+        ...
+
+    def cache_scope(self, directory: str | os.PathLike[str]) -> ContextManager[Path]:
+        """Redirect the backend's cache to ``directory`` for the block (a bundle is built there)."""
+        ...
+
+    def relocate_cache_entry(self, staged: Path, final: Path) -> None:
+        """Rewrite an entry staged at ``staged`` so that it is valid once moved to ``final``."""
+        ...
+
+
+@runtime_checkable
+class CacheProbe(Protocol):
+    """Optional: a persistent cache warmkit can inspect (``warmkit cache verify``, bundle checks)."""
+
+    def cache_dir(self) -> Path:
+        """The absolute directory of the backend's persistent cache."""
+        ...
+
+    def verify_cache_entry(self, entry: str | os.PathLike[str]) -> list[str]:
+        """The structural problems of one entry directory; empty when it is sound."""
+        ...
+
+
+@runtime_checkable
+class Executor(Protocol):
+    """What ``Backend.compile`` (or a ``JitKernel.compile`` override) returns: the launchable variant."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
+
+
+@runtime_checkable
+class ReportsCacheHit(Protocol):
+    """Optional for executors: whether the persistent cache served the variant (the warmup report says so)."""
+
+    cache_hit: bool
+
+
+def entry_check(backend: Any) -> Any:
+    """The backend's ``verify_cache_entry`` when it is a :class:`CacheProbe`, else None (records only)."""
+    return backend.verify_cache_entry if isinstance(backend, CacheProbe) else None
+
+
+def missing_members(obj: Any, protocol: type) -> list[str]:
+    """The members of ``protocol`` that ``obj`` lacks (methods must be callable), in definition order."""
+    names: list[str] = []
+    for klass in reversed(protocol.__mro__):
+        if klass in (object, Protocol) or not getattr(klass, "_is_protocol", False):
+            continue
+        for name in [*getattr(klass, "__annotations__", {}), *vars(klass)]:
+            if (not name.startswith("_") or name == "__call__") and name not in names:
+                names.append(name)
+    out = []
+    for name in names:
+        member = getattr(protocol, name, None)
+        value = getattr(obj, name, None)
+        if value is None or (callable(member) and not callable(value)):
+            out.append(name)
+    return out
 
 
 class _StubBackend:
@@ -143,12 +255,6 @@ class _StubBackend:
             f"{getattr(kernel, 'name', kernel)!r} key {key!r} yet. Override compile() in the "
             "kernel wrapper, or publish a real backend under this entry-point name.",
         )
-
-    def install_monitor(self) -> None:
-        pass
-
-    def uninstall_monitor(self) -> None:
-        pass
 
 
 class TileLangStubBackend(_StubBackend):

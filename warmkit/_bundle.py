@@ -49,6 +49,7 @@ from typing import Any
 import attrs
 
 from . import _envs, _signing
+from ._backend import BundleCapable, CanonicalTargets, entry_check, missing_members
 from ._exceptions import BundleError
 from ._integrity import identity, iter_entries, sha256_file, verify_entry, write_record
 
@@ -59,17 +60,17 @@ logger = logging.getLogger(__name__)
 BUNDLE_FORMAT = "warmkit.bundle"
 BUNDLE_VERSION = 1
 _META = "bundle.json"
-_CAPABILITIES = ("cache_fingerprint", "cache_dir", "cache_scope", "relocate_cache_entry")
 
 
 def _bundle_backend(name: str, kernel: str | None = None) -> Any:
     from ._plugins import get_backend
 
     backend = get_backend(name, kernel=kernel)
-    missing = [c for c in _CAPABILITIES if not hasattr(backend, c)]
+    missing = missing_members(backend, BundleCapable)
     if missing:
         raise BundleError(
-            f"backend {name!r} does not support bundles (it lacks {', '.join(missing)})",
+            f"backend {name!r} does not support bundles (it lacks {', '.join(missing)} of "
+            "warmkit.BundleCapable)",
             backend=name,
         )
     return backend
@@ -136,7 +137,7 @@ def build_bundle(
                 roots[b].mkdir()
                 stack.enter_context(backend.cache_scope(roots[b]))
             for cls in classes.values():
-                cls._warmkit_forget()  # in-memory executors would skip the cache
+                cls.clear_executors()  # in-memory executors would skip the cache
             report = warmup(
                 WarmupConfig(target=target, jobs=jobs, monitor="off", progress=progress),
                 registry,
@@ -158,7 +159,7 @@ def build_bundle(
         files: list[tuple[str, Path]] = []
         for b, backend in backends.items():
             entries = []
-            check = getattr(backend, "verify_cache_entry", None)
+            check = entry_check(backend)
             for entry in iter_entries(roots[b]):
                 # Never pack what could not be trusted at install.
                 problems = verify_entry(entry, check)
@@ -477,8 +478,7 @@ def _serving_target(
             built or "its build host's device",
         )
         return built
-    canonical = getattr(backend, "canonical_target", None)
-    spell = canonical if canonical is not None else str
+    spell = backend.canonical_target if isinstance(backend, CanonicalTargets) else str
     if built is not None and spell(built) != spell(serving):
         raise BundleError(
             f"bundle was built for target {spell(built)} but is installed to serve "
@@ -551,7 +551,7 @@ def _publish(backend: Any, staged: Path, final: Path, expected: dict[str, Any], 
     backend.relocate_cache_entry(staged, final)
     # The record is taken after relocation: it is what the runtime will read.
     write_record(staged)
-    problems = verify_entry(staged, getattr(backend, "verify_cache_entry", None))
+    problems = verify_entry(staged, entry_check(backend))
     if problems:
         raise BundleError(
             f"bundle entry {entry!r} is unsound ({'; '.join(problems)}); refusing to publish it",

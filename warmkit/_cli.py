@@ -399,6 +399,7 @@ def _cache_dirs(items: Sequence[str], known: Sequence[str] | None = None) -> dic
 
 
 def _cmd_cache(args: argparse.Namespace) -> int:
+    from ._backend import BundleCapable, CacheProbe, entry_check
     from ._integrity import iter_entries, verify_cache
     from ._plugins import BACKENDS_GROUP, discover, get_backend
 
@@ -407,12 +408,12 @@ def _cmd_cache(args: argparse.Namespace) -> int:
     result: dict[str, Any] = {}
     for name in sorted(dirs) if dirs else names:
         backend = get_backend(name)
-        if not hasattr(backend, "cache_dir"):
+        if not isinstance(backend, (CacheProbe, BundleCapable)):
             continue  # no persistent cache
         if name not in dirs and not backend.available().ok:
             continue
         root = dirs.get(name) or str(backend.cache_dir())
-        check = getattr(backend, "verify_cache_entry", None)
+        check = entry_check(backend)
         bad = verify_cache(root, check, move=args.quarantine)
         result[name] = {
             "directory": root,

@@ -20,7 +20,8 @@ import logging
 import textwrap
 import threading
 import time
-from collections.abc import Hashable
+import types
+from collections.abc import Hashable, Mapping
 from concurrent.futures import Future
 from typing import Any, ClassVar, Generic, TypeVar
 
@@ -52,6 +53,9 @@ class JitKernel(Generic[K]):
         name: a stable identifier; defaults to ``module.QualName``.
         max_points: the largest search space ``get_warmup_keys`` expands
             (``WARMKIT_MAX_POINTS``, default 1,000,000).
+        executors: read-only, live: key -> the executor compiled for this
+            process's device. A backend's launch path may look a key up here
+            first (one dict lookup) and call ``get_or_compile`` on a miss.
     """
 
     backend: ClassVar[str | None] = None
@@ -59,6 +63,7 @@ class JitKernel(Generic[K]):
     max_points: ClassVar[int | None] = None
 
     CompileKey: ClassVar[type]
+    executors: ClassVar[Mapping[Any, Any]]
     _warmkit_dispatch_info: ClassVar[DispatchInfo]
     _warmkit_executors: ClassVar[dict[Any, Any]]
     _warmkit_target_executors: ClassVar[dict[tuple[str, Any], Any]]
@@ -87,6 +92,7 @@ class JitKernel(Generic[K]):
                 "(e.g. 'triton') or override compile(self, key)",
             )
         cls._warmkit_executors = {}
+        cls.executors = types.MappingProxyType(cls._warmkit_executors)
         cls._warmkit_target_executors = {}
         cls._warmkit_inflight = {}
         cls._warmkit_lock = threading.Lock()
@@ -187,6 +193,23 @@ class JitKernel(Generic[K]):
             self._warmkit_compile(key, None, None)
         return keys
 
+    @classmethod
+    def dispatch_info(cls) -> DispatchInfo | None:
+        """What ``dispatch`` accepts and reads, learned when the class was defined.
+
+        Returns:
+            The :class:`warmkit.DispatchInfo`, or None for an abstract base
+            (no ``CompileKey``/``dispatch`` yet, such as a backend's kernel base class).
+        """
+        return getattr(cls, "_warmkit_dispatch_info", None)
+
+    @classmethod
+    def clear_executors(cls) -> None:
+        """Drop every cached executor of this kernel, as a new process would start (tests, benchmarks)."""
+        with cls._warmkit_lock:
+            cls._warmkit_executors.clear()
+            cls._warmkit_target_executors.clear()
+
     # -- internals shared with warmkit.warmup ------------------------------------------
 
     @classmethod
@@ -239,13 +262,6 @@ class JitKernel(Generic[K]):
             del cls._warmkit_inflight[(target, key)]
         fut.set_result(executor)
         return executor, False
-
-    @classmethod
-    def _warmkit_forget(cls) -> None:
-        """Drop every cached executor of this kernel (tests, benchmarks)."""
-        with cls._warmkit_lock:
-            cls._warmkit_executors.clear()
-            cls._warmkit_target_executors.clear()
 
 
 # -- definition-time checks ------------------------------------------------------------

@@ -24,13 +24,13 @@ import logging
 import os
 import sys
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable
 from typing import Any
 
 import attrs
 
 from . import _envs
-from ._backend import Backend
+from ._backend import Backend, missing_members
 from ._exceptions import BackendUnavailableError, PluginFailure, PluginLoadError
 
 __all__ = [
@@ -56,19 +56,14 @@ INSTALL_HINTS = {
     "cutedsl": "pip install nvidia-cutlass-dsl",
 }
 
-#: What a backend object must provide (``docs/architecture.md``), checked when it loads.
-BACKEND_METHODS = (
-    "available",
-    "default_target",
-    "parallelism",
-    "compile_scope",
-    "compile",
-    "install_monitor",
-    "uninstall_monitor",
-)
-
 _lock = threading.RLock()
 _backends: dict[str, Any] = {}
+_load_listeners: list[Callable[[Backend], None]] = []
+
+
+def on_backend_loaded(listener: Callable[[Backend], None]) -> None:
+    """Call ``listener(backend)`` after each backend loads (``warmkit.monitor`` uses it)."""
+    _load_listeners.append(listener)
 
 
 @attrs.frozen
@@ -246,7 +241,7 @@ def get_backend(name: str, *, kernel: str | None = None) -> Backend:
                 install_hint=f"add {name} to WARMKIT_PLUGINS (now {os.environ.get('WARMKIT_PLUGINS')!r})",
             )
         backend = _load(info, invoke=True)
-        missing = [m for m in BACKEND_METHODS if not callable(getattr(backend, m, None))]
+        missing = conform(name, backend)
         if missing:
             raise PluginLoadError(
                 [
@@ -258,18 +253,14 @@ def get_backend(name: str, *, kernel: str | None = None) -> Backend:
                         info.version,
                         TypeError(
                             f"{type(backend).__qualname__} is not a warmkit backend: it lacks "
-                            f"{', '.join(missing)} (see docs/architecture.md)"
+                            f"{', '.join(missing)} of warmkit.Backend (see docs/architecture.md)"
                         ),
                     )
                 ]
             )
-        if not getattr(backend, "name", None):
-            backend.name = name
         _backends[name] = backend
-        from . import monitor
-
-        if monitor.mode() != "off":  # armed before this backend loaded: hook it up now
-            backend.install_monitor()
+        for listener in _load_listeners:
+            listener(backend)  # the monitor hooks up a backend loaded after it was armed
         logger.debug("loaded backend %s from %s %s", name, info.distribution, info.version)
         return backend
 
@@ -374,10 +365,34 @@ def load_all(group: str) -> tuple[dict[str, Any], list[PluginFailure]]:
     return loaded, failures
 
 
-def _reset_for_tests(names: Iterable[str] | None = None) -> None:
+def conform(name: str, backend: Any) -> list[str]:
+    """The members of ``warmkit.Backend`` that ``backend`` lacks; a nameless one is named ``name``."""
+    missing = [m for m in missing_members(backend, Backend) if m != "name"]
+    if not missing and not getattr(backend, "name", None):
+        backend.name = name
+    return missing
+
+
+def swap_backend(name: str, backend: Any) -> Any:
+    """Make ``backend`` the loaded backend ``name`` (None: unload it); return what was there.
+
+    The seam behind ``warmkit.testing``; nothing else replaces a loaded backend.
+    """
     with _lock:
-        if names is None:
-            _backends.clear()
-        else:
-            for n in names:
-                _backends.pop(n, None)
+        previous = _backends.pop(name, None)
+        if backend is not None:
+            _backends[name] = backend
+        return previous
+
+
+def loaded_backend_table() -> dict[str, Any]:
+    """A copy of name -> loaded backend (``warmkit.testing.isolated_backends`` restores it)."""
+    with _lock:
+        return dict(_backends)
+
+
+def restore_backend_table(table: dict[str, Any]) -> None:
+    """Make exactly ``table`` the loaded backends."""
+    with _lock:
+        _backends.clear()
+        _backends.update(table)

@@ -165,10 +165,17 @@ class WarmupRegistry:
 
     def plan(self) -> dict[str, list[Any]]:
         """Each kernel's ordered, unique keys, deduplicated across registrations and instances."""
-        return {name: keys for name, (_k, keys) in self._resolve().items()}
+        return {name: keys for name, (_k, keys) in self.resolve().items()}
 
-    def _resolve(self) -> dict[str, tuple[Any, list[Any]]]:
-        """kernel name -> (a kernel instance, its ordered unique keys)."""
+    def resolve(self) -> dict[str, tuple[Any, list[Any]]]:
+        """kernel name -> (a kernel instance, its ordered unique keys), expanded once.
+
+        The instance is a registering one while it lives, else a fresh one.
+
+        Raises:
+            TypeError: a kernel cannot be constructed, or its space does not expand.
+            ValueError: a space larger than the kernel's ``max_points``.
+        """
         out: dict[str, tuple[Any, dict[Any, None]]] = {}
         for reg in self:
             inst = reg.kernel_instance()

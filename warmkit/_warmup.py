@@ -20,6 +20,7 @@ from typing import Any
 import attrs
 
 from . import _envs, monitor
+from ._backend import CanonicalTargets, ReportsCacheHit
 from ._exceptions import BackendUnavailableError, WarmupError
 
 __all__ = ["ReportEntry", "WarmupConfig", "WarmupReport", "warmup"]
@@ -277,7 +278,7 @@ def warmup(config: WarmupConfig | None = None, registry: Any = None) -> WarmupRe
 
     t_start = time.perf_counter()
     # Plan first: a registration that cannot be planned fails before anything is installed.
-    plan = registry._resolve()
+    plan = registry.resolve()
     if config.bundle is not None:
         from ._bundle import install_bundle
 
@@ -460,7 +461,9 @@ class _Run:
                     name, backend_name, key, "failed", time.perf_counter() - t0, _describe(exc), exc
                 )
             status = (
-                "cached" if cached or getattr(executor, "cache_hit", False) is True else "compiled"
+                "cached"
+                if cached or (isinstance(executor, ReportsCacheHit) and executor.cache_hit is True)
+                else "compiled"
             )
             return ReportEntry(name, backend_name, key, status, time.perf_counter() - t0)
 
@@ -531,9 +534,8 @@ def _prepare_backend(
             name, status.reason, kernel=kernel_name, install_hint=status.install_hint
         )
     device = backend.default_target()
-    canonical = getattr(backend, "canonical_target", None)
-    if target is not None and canonical is not None:
-        target = canonical(target)  # "sm_90" and "cuda:90" are one target
+    if target is not None and isinstance(backend, CanonicalTargets):
+        target = backend.canonical_target(target)  # "sm_90" and "cuda:90" are one target
     if target is not None and target == device:
         target = None  # the local device: share the runtime's executor cache
     # With no device and no target, the backend's compile() says what to do: only it
@@ -561,11 +563,10 @@ def check_target(target: str | None, backends: Sequence[str]) -> None:
         except Exception as exc:  # noqa: BLE001 -- reported per key, with its install hint
             logger.debug("target check skipped for backend %s: %s", name, exc)
             continue
-        canonical = getattr(backend, "canonical_target", None)
-        if canonical is None:
+        if not isinstance(backend, CanonicalTargets):
             continue
         try:
-            canonical(target)
+            backend.canonical_target(target)
         except (ValueError, TypeError) as exc:
             raise ValueError(f"target {target!r} (backend {name!r}): {exc}") from exc
 

@@ -31,6 +31,8 @@ from typing import Any
 
 import attrs
 
+from . import _plugins
+from ._backend import MonitorHooks
 from ._exceptions import RuntimeCompileError
 
 __all__ = [
@@ -88,10 +90,14 @@ class MonitorEvent:
     timestamp: float = attrs.field(factory=time.time)
 
 
-def _backends() -> list[Any]:
-    from ._plugins import loaded_backends
+def _hooked_backends() -> list[MonitorHooks]:
+    return [b for b in _plugins.loaded_backends() if isinstance(b, MonitorHooks)]
 
-    return loaded_backends()
+
+def _hook_up(backend: Any) -> None:
+    """A backend loaded while the monitor is armed gets its hooks installed at once."""
+    if _mode != "off" and isinstance(backend, MonitorHooks):
+        backend.install_monitor()
 
 
 def arm(mode: str = "warn") -> None:
@@ -112,10 +118,8 @@ def arm(mode: str = "warn") -> None:
     with _lock:
         _mode = mode
         _warned.clear()
-    from ._plugins import load_backends_of_imported_dsls
-
-    load_backends_of_imported_dsls()
-    for backend in _backends():
+    _plugins.load_backends_of_imported_dsls()
+    for backend in _hooked_backends():
         backend.install_monitor()
     logger.debug("monitor armed: %s", mode)
 
@@ -125,7 +129,7 @@ def disarm() -> None:
     global _mode
     with _lock:
         _mode = "off"
-    for backend in _backends():
+    for backend in _hooked_backends():
         backend.uninstall_monitor()
     logger.debug("monitor disarmed")
 
@@ -237,3 +241,6 @@ def record(
     with _lock:
         _events.append(event)
     return event
+
+
+_plugins.on_backend_loaded(_hook_up)

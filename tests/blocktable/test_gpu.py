@@ -112,7 +112,7 @@ def test_no_new_specialization_after_warmup(monkeypatch: pytest.MonkeyPatch) -> 
 
     # Every launch is also checked against the key's compiled specialization.
     monkeypatch.setattr(ComputeSlotMappingKernel, "verify_launches", True)
-    ComputeSlotMappingKernel._warmkit_forget()  # executors built by earlier tests lack verify
+    ComputeSlotMappingKernel.clear_executors()  # executors built by earlier tests lack verify
     registry = warmkit.WarmupRegistry()
     tables = []
     with registry.activate():

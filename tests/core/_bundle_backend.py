@@ -135,4 +135,4 @@ def reset() -> None:
     BundleBackend.version = "1.0"
     OtherBundleBackend.version = "2.0"
     for k in (BundledKernel, OtherBundledKernel):
-        k._warmkit_forget()
+        k.clear_executors()

@@ -149,7 +149,7 @@ ALL_KERNELS = (ScaleKernel, PyKernel, OtherKernel)
 def reset() -> None:
     COMPILES.clear()
     for k in ALL_KERNELS:
-        k._warmkit_forget()
+        k.clear_executors()
     PyKernel.fail_on = frozenset()
     PyKernel.hook = None
     FakeBackend.status = warmkit.BackendStatus(ok=True, reason="fake backend", version="9.9")

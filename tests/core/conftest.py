@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 import warmkit
-from warmkit import _plugins, monitor
+from warmkit import monitor
+from warmkit.testing import isolated_backends
 
 from . import _kernels
 
@@ -26,14 +27,11 @@ def _isolate(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
             monkeypatch.delenv(var)
     monitor.disarm()
     monitor.clear()
-    before = dict(_plugins._backends)
     _kernels.reset()
-    yield
-    monitor.disarm()
-    monitor.clear()
-    with _plugins._lock:
-        _plugins._backends.clear()
-        _plugins._backends.update(before)
+    with isolated_backends():
+        yield
+        monitor.disarm()
+        monitor.clear()
     _kernels.reset()
 
 

@@ -96,8 +96,7 @@ def test_stubs_are_entry_points_of_the_core_and_full_backends(name, cls, module,
     assert stub.parallelism(None) == 1
     with stub.compile_scope(None, 4):
         pass
-    stub.install_monitor()
-    stub.uninstall_monitor()
+    assert not isinstance(stub, warmkit.MonitorHooks)  # nothing to hook: the monitor skips it
 
 
 def _tile_registry():
@@ -164,3 +163,110 @@ def test_default_compile_without_the_backend_names_kernel_and_backend():
 def test_backend_status_defaults():
     s = BackendStatus(ok=True)
     assert (s.reason, s.install_hint, s.version) == ("", None, None)
+
+
+# -- the contract: capabilities are protocols, checked with isinstance ------------------------------
+
+
+class Minimal:
+    """Exactly warmkit.Backend, nothing optional."""
+
+    name = "minimal"
+
+    def available(self):
+        return BackendStatus(ok=True, reason="minimal")
+
+    def default_target(self):
+        return None
+
+    def parallelism(self, target):
+        return 1
+
+    def compile_scope(self, target, jobs):
+        import contextlib
+
+        return contextlib.nullcontext()
+
+    def compile(self, kernel, key, target):
+        return lambda *a: None
+
+
+@pytest.mark.parametrize(
+    ("protocol", "members"),
+    [
+        (
+            warmkit.Backend,
+            ["name", "available", "default_target", "parallelism", "compile_scope", "compile"],
+        ),
+        (warmkit.MonitorHooks, ["install_monitor", "uninstall_monitor"]),
+        (warmkit.CanonicalTargets, ["canonical_target"]),
+        (
+            warmkit.BundleCapable,
+            ["cache_dir", "cache_fingerprint", "cache_scope", "relocate_cache_entry"],
+        ),
+        (warmkit.CacheProbe, ["cache_dir", "verify_cache_entry"]),
+        (warmkit.Executor, ["__call__"]),
+        (warmkit.ReportsCacheHit, ["cache_hit"]),
+    ],
+)
+def test_each_protocol_requires_exactly_its_members(protocol, members):
+    assert backend_module.missing_members(object(), protocol) == members
+
+
+def test_a_minimal_backend_is_a_backend_with_no_optional_capability():
+    b = Minimal()
+    assert isinstance(b, warmkit.Backend)
+    assert backend_module.missing_members(b, warmkit.Backend) == []
+    for capability in (
+        warmkit.MonitorHooks,
+        warmkit.CanonicalTargets,
+        warmkit.BundleCapable,
+        warmkit.CacheProbe,
+    ):
+        assert not isinstance(b, capability), capability
+    assert backend_module.entry_check(b) is None
+
+
+def test_a_backend_without_monitor_hooks_loads_and_the_monitor_skips_it(plugin_site):
+    plugin_site.add_dist("minimal-backend", backends={"minimal": f"{__name__}:Minimal"})
+    warmkit.monitor.arm("warn")
+    try:
+        assert type(plugins.get_backend("minimal")) is Minimal
+    finally:
+        warmkit.monitor.disarm()
+
+
+def test_a_backend_missing_a_required_member_fails_to_load_naming_it(plugin_site):
+    plugin_site.add_module(
+        "halfway_backend",
+        """
+        class Halfway:
+            def available(self): ...
+            def default_target(self): ...
+            def compile(self, kernel, key, target): ...
+        """,
+    )
+    plugin_site.add_dist("halfway", backends={"halfway": "halfway_backend:Halfway"})
+    with pytest.raises(
+        warmkit.PluginLoadError, match="lacks parallelism, compile_scope of warmkit.Backend"
+    ):
+        plugins.get_backend("halfway")
+
+
+def test_the_core_reads_no_capability_with_getattr_or_hasattr():
+    """Capabilities are checked with isinstance(obj, Protocol), never duck-typed."""
+    import ast
+    from pathlib import Path
+
+    problems = []
+    for path in sorted(Path(warmkit.__file__).parent.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (
+                isinstance(node, ast.Call)
+                and getattr(node.func, "id", None) in ("getattr", "hasattr")
+                and node.args
+                and getattr(node.args[0], "id", None) in ("backend", "executor", "b")
+                and getattr(node.args[1], "value", None) != "name"  # a required member
+            ):
+                problems.append(f"{path.name}:{node.lineno}")
+    assert not problems, problems

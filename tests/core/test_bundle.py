@@ -169,7 +169,7 @@ def test_install_relocates_and_warmup_hits(site, reg, bundle):
     assert {final for _staged, final in BundleBackend.relocated} == {
         dest / e for e in entries(dest)
     }
-    BundledKernel._warmkit_forget()
+    BundledKernel.clear_executors()
     report = warmkit.warmup(WarmupConfig(target=TARGET, progress="off"), reg)
     assert [e.status for e in report.entries] == ["cached"] * 6
     assert [hit for *_, hit in BundleBackend.log] == [True] * 6
@@ -208,7 +208,7 @@ def test_a_different_entry_is_replaced(site, bundle):
 def test_warmup_config_bundle_installs_before_compiling(site, reg, bundle, monkeypatch):
     report = warmkit.warmup(WarmupConfig(target=TARGET, progress="off", bundle=str(bundle)), reg)
     assert [e.status for e in report.entries] == ["cached"] * 6
-    BundledKernel._warmkit_forget()
+    BundledKernel.clear_executors()
     monkeypatch.setenv("WARMKIT_BUNDLE", str(bundle))
     report = warmkit.warmup(WarmupConfig.from_env(target=TARGET, progress="off"), reg)
     assert [e.status for e in report.entries] == ["cached"] * 6
@@ -603,7 +603,7 @@ def test_identical_builds_reinstall_as_unchanged(site, reg, tmp_path):
     # Each build compiles in a temporary directory of its own, whose path the entries'
     # index files hold until install relocates them: identity is taken after that.
     warmkit.build_bundle(reg, tmp_path / "a.wkb", target=TARGET, progress="off")
-    BundledKernel._warmkit_forget()
+    BundledKernel.clear_executors()
     warmkit.build_bundle(reg, tmp_path / "b.wkb", target=TARGET, progress="off")
     warmkit.install_bundle(tmp_path / "a.wkb")
     res = warmkit.install_bundle(tmp_path / "b.wkb")

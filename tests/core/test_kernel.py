@@ -221,7 +221,7 @@ def test_intermediate_base_is_not_checked_but_its_subclasses_are():
         def helper(self):
             return 1
 
-    assert not hasattr(DSLKernel, "_warmkit_dispatch_info")
+    assert DSLKernel.dispatch_info() is None
     with pytest.raises(TypeError, match="abstract"):
         DSLKernel().get_warmup_keys()
 
@@ -260,7 +260,7 @@ def test_unreadable_source_treats_every_input_as_used(caplog):
     ns: dict[str, typing.Any] = {"JitKernel": JitKernel, "attrs": attrs}
     exec(_EXEC_SOURCE, ns)  # noqa: S102 -- a class whose source cannot be read
     cls = ns["FromExec"]
-    assert cls._warmkit_dispatch_info.used == frozenset({"n", "ignored"})
+    assert cls.dispatch_info().used == frozenset({"n", "ignored"})
     assert any("source unavailable" in r.getMessage() for r in caplog.records)
     calls = []
     real = cls.dispatch
@@ -410,7 +410,7 @@ def test_concurrent_callers_all_see_a_compile_failure_and_nothing_is_cached():
     for t in threads:
         t.join(timeout=30)
     assert len(errors) == 3
-    assert key not in PyKernel._warmkit_executors
+    assert key not in PyKernel.executors
 
 
 # -- get_or_compile and the monitor ---------------------------------------------------------

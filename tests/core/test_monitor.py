@@ -68,7 +68,7 @@ def test_error_mode_raises_before_compiling_and_records_a_refusal():
     err = info.value
     assert (err.kernel, err.backend, err.context) == (ScaleKernel.name, "fake", "req 1")
     assert _kernels.COMPILES == []
-    assert "fake" not in plugins._backends  # not even the backend was touched
+    assert "fake" not in plugins.loaded_backend_table()  # not even the backend was touched
     assert "allow(" in str(err) and ScaleKernel.name in str(err)
     (event,) = monitor.events()
     assert (event.kind, event.mode, event.seconds, event.allowed) == ("refused", "error", 0.0, None)

@@ -124,7 +124,7 @@ def test_an_object_that_is_not_a_backend_is_refused_at_load(plugin_site):
     with pytest.raises(PluginLoadError, match="lacks available, default_target") as info:
         plugins.get_backend("half")
     assert info.value.failures[0].distribution == "acme"
-    assert "half" not in plugins._backends
+    assert "half" not in plugins.loaded_backend_table()
     warmkit.monitor.arm("warn")  # the monitor never sees a half backend
     warmkit.monitor.disarm()
 
@@ -175,7 +175,7 @@ def test_load_failure_is_plugin_load_error_with_provenance(plugin_site, source, 
     msg = str(info.value)
     assert "'broken'" in msg and "broken-dist 0.4.2" in msg and cause.__name__ in msg
     assert isinstance(info.value, ImportError) and isinstance(info.value, warmkit.WarmkitError)
-    assert "broken" not in plugins._backends
+    assert "broken" not in plugins.loaded_backend_table()
 
 
 def test_kernel_plugin_failure_is_plugin_load_error_also_through_a_manifest(plugin_site, tmp_path):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ast
+import importlib
 import importlib.metadata
 import inspect
 import json
@@ -16,7 +18,27 @@ import warmkit
 
 ROOT = Path(__file__).resolve().parents[2]
 
-PUBLIC = [
+
+def _public_names() -> list[str]:
+    """What ``warmkit/__init__.py`` re-exports, read from its code (not a hand copy).
+
+    Every name it imports from its own modules, the lazily loaded bundle names,
+    ``monitor`` and ``__version__``.
+    """
+    tree = ast.parse((ROOT / "warmkit" / "__init__.py").read_text())
+    names = {"__version__"}
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and node.level == 1:
+            names.update(a.asname or a.name for a in node.names)
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) == "_LAZY":
+            names.update(ast.literal_eval(node.value))
+    return sorted(n for n in names if not n.startswith("_") or n == "__version__")
+
+
+PUBLIC = _public_names()
+
+#: Names released before; code outside this repository imports them, so they never go away.
+RELEASED = {
     "Backend",
     "BackendNotImplementedError",
     "BackendStatus",
@@ -50,7 +72,7 @@ PUBLIC = [
     "monitor",
     "warmup",
     "zip_inputs",
-]
+}
 
 #: The names issue #2 lists; tests outside this repository import them from ``warmkit``.
 ISSUE_NAMES = {
@@ -77,6 +99,19 @@ def test_all_is_exactly_the_public_names_sorted():
     assert warmkit.__all__ == PUBLIC
     assert warmkit.__all__ == sorted(warmkit.__all__)
     assert ISSUE_NAMES <= set(warmkit.__all__)
+    assert set(warmkit.__all__) >= RELEASED
+
+
+def test_each_public_name_is_defined_where_init_imports_it_from():
+    """Every re-exported name is in its module's own ``__all__`` (no accidental re-export)."""
+    tree = ast.parse((ROOT / "warmkit" / "__init__.py").read_text())
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module:
+            module = importlib.import_module(f"warmkit.{node.module}")
+            for alias in node.names:
+                assert alias.name in module.__all__, (
+                    f"{alias.name} is not in {module.__name__}.__all__"
+                )
 
 
 @pytest.mark.parametrize("name", PUBLIC)

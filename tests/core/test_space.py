@@ -345,7 +345,7 @@ def test_unknown_input_in_a_zip_row_is_type_error():
 
 def test_input_dispatch_never_reads_is_not_expanded(caplog):
     caplog.set_level(logging.DEBUG, logger="warmkit")
-    assert Lossy._warmkit_dispatch_info.used == frozenset({"x", "y"})
+    assert Lossy.dispatch_info().used == frozenset({"x", "y"})
     assert keys(Lossy(), x=[1, 2], unused=IntRange(0, 100)) == [(1,), (2,)]
     assert Lossy.calls == 2
     assert any("never reads input 'unused'" in r.getMessage() for r in caplog.records)
@@ -418,7 +418,7 @@ def test_bad_where_is_type_error(where, exc, match):
 
 def test_dispatch_semantics_are_python_s_own():
     k = Rich()
-    info = Rich._warmkit_dispatch_info
+    info = Rich.dispatch_info()
     assert info.used == frozenset({"n", "dtype", "mode", "shape", "flag"})
     space = {
         "n": [1, 64, 100],

@@ -22,6 +22,7 @@ from warmkit import (
     monitor,
 )
 from warmkit import _plugins as plugins
+from warmkit.testing import backend_override
 
 from . import _kernels
 from ._kernels import FakeBackend, OtherKernel, PyKernel, ScaleKernel
@@ -59,7 +60,7 @@ def test_disabled_returns_a_report_and_imports_no_backend(plugin_site, monkeypat
     assert report.entries == ()
     assert "disabled" in report.table()
     assert "wkp_never_imported" not in sys.modules
-    assert "fake" not in plugins._backends
+    assert "fake" not in plugins.loaded_backend_table()
     assert _kernels.COMPILES == []
     assert monitor.mode() == "off"
     monkeypatch.setenv("WARMKIT_ENABLED", "0")
@@ -131,9 +132,9 @@ def test_monitor_is_armed_with_the_configured_mode(mode):
 
 def test_only_the_backends_the_plan_needs_are_loaded(fake_backend):
     warmkit.warmup(cfg(), reg_of((ScaleKernel, {"n": 1}), (PyKernel, {"n": 1})))
-    assert "fake" in plugins._backends
-    assert "tilelang" not in plugins._backends
-    assert "cutedsl" not in plugins._backends
+    assert "fake" in plugins.loaded_backend_table()
+    assert "tilelang" not in plugins.loaded_backend_table()
+    assert "cutedsl" not in plugins.loaded_backend_table()
     assert FakeBackend.scopes == [(None, 1)]
 
 
@@ -144,7 +145,7 @@ def test_warmup_imports_no_plugin_module_the_plan_does_not_need(fake_backend):
     fake_backend.add_dist("unneeded", backends={"unneeded": "wkp_unneeded_backend:B"})
     warmkit.warmup(cfg(), reg_of((ScaleKernel, {"n": 1})))
     assert "wkp_unneeded_backend" not in sys.modules
-    assert "unneeded" not in plugins._backends
+    assert "unneeded" not in plugins.loaded_backend_table()
 
 
 def test_second_warmup_reports_cached_and_backend_cache_hits_too(fake_backend):
@@ -228,7 +229,7 @@ def test_unavailable_backend_error_names_kernel_backend_and_install_hint(fake_ba
     assert FakeBackend.scopes == []
 
 
-def test_a_present_stub_backend_fails_its_keys_saying_it_is_a_stub(monkeypatch):
+def test_a_present_stub_backend_fails_its_keys_saying_it_is_a_stub():
     # No device and no target: the core leaves it to the backend, so a stub says it is one.
     from warmkit._backend import TileLangStubBackend
 
@@ -242,15 +243,17 @@ def test_a_present_stub_backend_fails_its_keys_saying_it_is_a_stub(monkeypatch):
         def dispatch(self, *, n):
             return self.CompileKey(n)
 
-    monkeypatch.setattr(
-        TileLangStubBackend, "available", lambda self: BackendStatus(ok=True, reason="stub")
-    )
-    plugins._reset_for_tests(["tilelang"])
-    with pytest.raises(WarmupError, match="stub") as info:
+    class PresentTileLang(TileLangStubBackend):
+        def available(self) -> BackendStatus:
+            return BackendStatus(ok=True, reason="stub")
+
+    with (
+        backend_override("tilelang", PresentTileLang()),
+        pytest.raises(WarmupError, match="stub") as info,
+    ):
         warmkit.warmup(cfg(), reg_of((TileKernel, {"n": 1})))
     assert isinstance(info.value.__cause__, warmkit.BackendNotImplementedError)
     assert info.value.kernel == TileKernel.name
-    plugins._reset_for_tests(["tilelang"])
 
 
 def test_parallel_fail_fast_reports_every_key_in_plan_order(fake_backend):
@@ -334,7 +337,7 @@ def test_backends_allow_list_skips_other_kernels_without_loading_their_backend(f
     report = warmkit.warmup(cfg(backends=["fake"]), reg)
     assert statuses(report) == ["compiled", "compiled", "skipped", "skipped"]
     assert "allow-list" in report.entries[2].error
-    assert "tilelang" not in plugins._backends
+    assert "tilelang" not in plugins.loaded_backend_table()
     assert report.totals()["skipped"] == 2
 
 
@@ -378,8 +381,8 @@ def test_arming_loads_the_backend_of_an_already_imported_dsl(plugin_site, monkey
     import wkdsl  # noqa: F401 -- the DSL is imported
 
     monitor.arm("warn")
-    assert "wkdsl" in plugins._backends
-    assert "wkother" not in plugins._backends and "wkother_backend" not in sys.modules
+    assert "wkdsl" in plugins.loaded_backend_table()
+    assert "wkother" not in plugins.loaded_backend_table() and "wkother_backend" not in sys.modules
     assert "install" in FakeBackend.monitor_calls
 
 

@@ -155,7 +155,7 @@ def main() -> None:
             {
                 f"{ex.launch_path} primed={ex.primed}"
                 for cls in (Add, ScaleRows)
-                for ex in cls._warmkit_executors.values()
+                for ex in cls.executors.values()
             }
         )
         counter = Counter()

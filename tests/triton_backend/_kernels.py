@@ -111,7 +111,7 @@ ALL = (Add, ScaleRows)
 
 def forget_all() -> None:
     for cls in ALL:
-        cls._warmkit_forget()
+        cls.clear_executors()
 
 
 @triton.jit

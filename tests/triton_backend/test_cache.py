@@ -30,7 +30,7 @@ def _warm(n: int = 64) -> warmkit.WarmupReport:
     reg = warmkit.WarmupRegistry()
     with reg.activate():
         Add().register_warmup(n=n, block=128)
-    Add._warmkit_forget()  # as a new process: only the disk cache
+    Add.clear_executors()  # as a new process: only the disk cache
     cfg = warmkit.WarmupConfig(target=AOT_TARGET, progress="off", monitor="off", jobs=1)
     return warmkit.warmup(cfg, registry=reg)
 

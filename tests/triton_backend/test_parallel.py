@@ -25,7 +25,7 @@ SPACE = {"dtype": ["float32", "float16"], "n": [64, 65, 1], "block": [128]}
 
 def warm(cache: Path, monkeypatch, jobs: int, **space) -> warmkit.WarmupReport:
     monkeypatch.setenv("TRITON_CACHE_DIR", str(cache))
-    Add._warmkit_forget()
+    Add.clear_executors()
     reg = warmkit.WarmupRegistry()
     with reg.activate():
         Add().register_warmup(**space)
@@ -101,7 +101,7 @@ class Tagged(TritonKernel):
 def test_keys_hitting_one_triton_entry_compile_once(triton_cache, jobs):
     compiles = []
     knobs.compilation.listener = lambda **kw: compiles.append(kw["cache_hit"])
-    Tagged._warmkit_forget()
+    Tagged.clear_executors()
     backend = TritonBackend()
     keys = [Tagged().dispatch(tag=t) for t in "abcd"]
     with backend.compile_scope("cuda:90", jobs):

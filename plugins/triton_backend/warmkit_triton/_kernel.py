@@ -117,8 +117,7 @@ class TritonKernel(JitKernel[K]):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        concrete = hasattr(cls, "_warmkit_dispatch_info")
-        if not concrete or cls.compile is not TritonKernel.compile:
+        if cls.dispatch_info() is None or cls.compile is not TritonKernel.compile:
             return
         fn = getattr(cls, "fn", None)
         if fn is None:
@@ -174,7 +173,7 @@ class TritonKernel(JitKernel[K]):
             TypeError: the arguments do not match ``fn``'s parameters.
         """
         try:  # the hot path: one dict lookup, no call into get_or_compile
-            executor = self._warmkit_executors[key]
+            executor = self.executors[key]
         except (KeyError, AttributeError):
             executor = self.get_or_compile(key)
         return executor(grid, *args, **kwargs)
