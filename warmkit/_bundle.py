@@ -22,6 +22,10 @@ A backend supports bundles by providing, besides the core interface:
     redirect the persistent cache to ``directory`` while a bundle is built;
 ``relocate_cache_entry(staged: Path, final: Path) -> None``
     rewrite whatever in ``staged`` refers to its own location, for ``final``.
+
+and optionally ``tuned_results(directory) -> list[dict]``: the tuned results
+(autotune winners) among the entries, recorded in ``bundle.json`` under the
+backend's ``tuned`` and listed by ``bundle inspect``.
 """
 
 from __future__ import annotations
@@ -188,6 +192,9 @@ def build_bundle(
                 "fingerprint": fingerprints[b],
                 "entries": entries,
             }
+            tuned = getattr(backend, "tuned_results", None)
+            if tuned is not None:  # e.g. Triton autotune winners: listed by bundle inspect
+                meta["backends"][b]["tuned"] = tuned(roots[b])
         out.parent.mkdir(parents=True, exist_ok=True)
         partial = out.with_name(f".{out.name}.{uuid.uuid4().hex}.partial")
         try:
@@ -309,7 +316,7 @@ def _member(tar: tarfile.TarFile, name: str) -> bytes | None:
 
 
 def inspect_bundle(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """The bundle's metadata plus totals and signature, after checking every file's sha256.
+    """The bundle's metadata, totals (tuned results too) and signature, after checking every sha256.
 
     Raises:
         BundleError: not a readable bundle, or a file that does not match its sha256.
@@ -320,6 +327,7 @@ def inspect_bundle(path: str | os.PathLike[str]) -> dict[str, Any]:
             "keys": sum(len(v) for v in meta.get("kernels", {}).values()),
             "files": sum(len(b["entries"]) for b in meta["backends"].values()),
             "bytes": sum(e["size"] for b in meta["backends"].values() for e in b["entries"]),
+            "tuned": sum(len(b.get("tuned", ())) for b in meta["backends"].values()),
         }
         # Every file against its recorded sha256: inspect says whether the bundle is intact.
         for name, info in meta["backends"].items():

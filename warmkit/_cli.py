@@ -375,6 +375,11 @@ def _cmd_bundle(args: argparse.Namespace) -> int:
         for field, value in sorted(b["fingerprint"].items()):
             # ptxas --version is several lines: keep one line per field
             print(f"    {field}: {' / '.join(str(value).split(chr(10)))}")
+        for r in b.get("tuned", []):
+            print(
+                f"    tuned: {r['kernel']} autotune key {r['autotune_key']} on {r['gpu']}: "
+                f"config {r['winner']} {r['winner_config']}"
+            )
     for name, keys in info["kernels"].items():
         print(f"  {name}: {len(keys)} key(s)")
         for key in keys:

@@ -218,25 +218,36 @@ class WarmupError(WarmkitError, RuntimeError):
 
 
 class RuntimeCompileError(WarmkitError, RuntimeError):
-    """A kernel variant would compile after warmup while the monitor is in ``"error"`` mode.
+    """A kernel variant would compile, or autotune, after warmup while the monitor is in ``"error"`` mode.
 
-    Raised *before* compiling.
+    Raised *before* compiling (or benchmarking).
 
     Attributes:
         kernel: the kernel's name.
-        key: the key (or backend specialization) that missed.
+        key: the key (or backend specialization, or autotune key) that missed.
         backend: the backend's name.
         context: the caller's runtime context, if any.
+        kind: ``"compile"``, or ``"autotune"`` for a runtime autotune benchmark.
     """
 
-    def __init__(self, kernel: str, key: Any, backend: str | None, context: Any = None) -> None:
+    def __init__(
+        self,
+        kernel: str,
+        key: Any,
+        backend: str | None,
+        context: Any = None,
+        *,
+        kind: str = "compile",
+    ) -> None:
         self.kernel = kernel
         self.key = key
         self.backend = backend
         self.context = context
+        self.kind = kind
         ctx = f" (context: {context})" if context is not None else ""
+        what = "autotune benchmark" if kind == "autotune" else "compile"
         super().__init__(
-            f"runtime compile of kernel {kernel!r} key {key!r} on backend {backend!r}{ctx} "
+            f"runtime {what} of kernel {kernel!r} key {key!r} on backend {backend!r}{ctx} "
             "after warmup. Add this variant to the kernel's registrations or manifest, "
             "wrap a legitimate lazy compile in warmkit.monitor.allow(reason), "
             "or set the monitor to 'warn'."

@@ -161,6 +161,16 @@ class JitKernel(Generic[K]):
                 seconds=time.perf_counter() - t0,
                 kind="compile",
             )
+            tuned = getattr(executor, "autotune_seconds", 0.0)
+            if isinstance(tuned, float) and tuned > 0:  # the compile included an autotune benchmark
+                monitor.record(
+                    kernel=cls.name,
+                    key=getattr(executor, "tuning_key", key),
+                    backend=cls.backend,
+                    context=runtime_context,
+                    seconds=tuned,
+                    kind="autotune",
+                )
         return executor
 
     def register_warmup(self, *zip_groups: Any, **space: Any) -> None:

@@ -117,6 +117,11 @@ class ReportEntry:
         seconds: wall time spent on this key.
         error: ``"Type: message"`` for a failed key, or why it was skipped.
         exception: the exception of a failed key (not serialised).
+        tuning: for an autotuned key, what the backend did about tuning:
+            ``"benchmarked"``, ``"stored"`` (a stored result was used),
+            ``"single"`` (one config survived), ``"known-winners"`` (ahead of
+            time: only known winners compiled) or ``"needs-device"`` (ahead of
+            time: every config compiled, a GPU host still has to benchmark).
     """
 
     kernel: str
@@ -126,6 +131,7 @@ class ReportEntry:
     seconds: float = 0.0
     error: str | None = None
     exception: BaseException | None = attrs.field(default=None, eq=False, repr=False)
+    tuning: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -135,6 +141,7 @@ class ReportEntry:
             "status": self.status,
             "seconds": round(self.seconds, 6),
             "error": self.error,
+            "tuning": self.tuning,
         }
 
 
@@ -181,6 +188,11 @@ class WarmupReport:
     @property
     def failures(self) -> tuple[ReportEntry, ...]:
         return tuple(e for e in self.entries if e.status == "failed")
+
+    @property
+    def needs_tuning(self) -> tuple[ReportEntry, ...]:
+        """Autotuned keys compiled ahead of time with no known winner: a GPU host must benchmark them."""
+        return tuple(e for e in self.entries if e.tuning == "needs-device")
 
     def totals(self) -> dict[str, int]:
         return {s: self.count(s) for s in STATUSES} | {"keys": len(self.entries)}
@@ -234,6 +246,8 @@ class WarmupReport:
         lines.insert(len(lines) - 1, "  ".join("-" * w for w in widths))
         for e in self.failures:
             lines.append(f"FAILED {e.kernel} {e.key!r}: {e.error}")
+        for e in self.needs_tuning:
+            lines.append(f"NEEDS TUNING ON A DEVICE {e.kernel} {e.key!r}: every config compiled")
         return "\n".join(lines)
 
     def __str__(self) -> str:
@@ -465,7 +479,15 @@ class _Run:
                 if cached or (isinstance(executor, ReportsCacheHit) and executor.cache_hit is True)
                 else "compiled"
             )
-            return ReportEntry(name, backend_name, key, status, time.perf_counter() - t0)
+            tuning = getattr(executor, "tuning", None)
+            return ReportEntry(
+                name,
+                backend_name,
+                key,
+                status,
+                time.perf_counter() - t0,
+                tuning=tuning if isinstance(tuning, str) else None,
+            )
 
         if workers <= 1:
             for kernel, key in items:

@@ -73,7 +73,9 @@ class MonitorEvent:
         context: the caller's runtime context, if given.
         seconds: how long the compile (or load) took; 0.0 for a refused one.
         kind: ``"compile"`` (a real compile), ``"disk_hit"`` (loaded from the
-            backend's persistent cache), ``"load"``, or ``"refused"`` (error mode).
+            backend's persistent cache), ``"load"``, ``"autotune"`` (a runtime
+            autotune benchmark; ``key`` is the autotune key), or ``"refused"``
+            (error mode; the refused kind is the ``RuntimeCompileError``'s ``kind``).
         mode: the monitor's mode when it happened.
         allowed: the ``allow(reason)`` reason in force, if any.
         timestamp: ``time.time()`` when recorded.
@@ -185,11 +187,20 @@ def in_managed_compile() -> bool:
     return _managed.get()
 
 
-def on_miss(*, kernel: str, key: Any, backend: str | None, context: Any = None) -> None:
-    """Report a compile that is about to happen at runtime; call it *before* compiling.
+def on_miss(
+    *, kernel: str, key: Any, backend: str | None, context: Any = None, kind: str = "compile"
+) -> None:
+    """Report a compile (or autotune benchmark) about to happen at runtime; call it *before* the work.
 
     Disarmed: nothing. ``"warn"``: one warning per (kernel, key). ``"error"``:
     records a ``"refused"`` event and raises, unless inside ``allow()``.
+
+    Args:
+        kernel: the kernel's name.
+        key: the compile key, the backend's specialization, or the autotune key.
+        backend: the backend's name.
+        context: the caller's runtime context, if any.
+        kind: ``"compile"``, or ``"autotune"`` for a runtime autotune benchmark.
 
     Raises:
         RuntimeCompileError: in ``"error"`` mode outside ``allow()``.
@@ -203,20 +214,23 @@ def on_miss(*, kernel: str, key: Any, backend: str | None, context: Any = None) 
     if current == "error":
         with _lock:
             _events.append(MonitorEvent(kernel, key, backend, context, 0.0, "refused", current))
-        raise RuntimeCompileError(kernel, key, backend, context)
+        raise RuntimeCompileError(kernel, key, backend, context, kind=kind)
     try:
         ident: tuple[str, Any] = (kernel, key)
         hash(ident)
     except TypeError:  # a backend's raw specialization may be a list or a dict
         ident = (kernel, ("repr", repr(key)))
+    if kind != "compile":
+        ident = (*ident, kind)  # type: ignore[assignment]
     with _lock:
         first = ident not in _warned
         _warned.add(ident)
     if first:
         ctx = f" (context: {context})" if context is not None else ""
         logger.warning(
-            "runtime compile after warmup: kernel %s key %r on backend %s%s; add it to the "
+            "runtime %s after warmup: kernel %s key %r on backend %s%s; add it to the "
             "warmup registrations to avoid this stall",
+            "autotune benchmark" if kind == "autotune" else "compile",
             kernel,
             key,
             backend,

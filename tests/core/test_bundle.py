@@ -100,6 +100,7 @@ def test_build_then_inspect(site, reg, tmp_path):
         "keys": 6,
         "files": 12,
         "bytes": sum(e["size"] for e in info["backends"]["fakebundle"]["entries"]),
+        "tuned": 0,
     }
     assert info["backends"]["fakebundle"]["fingerprint"] == {
         "target": TARGET,

@@ -500,6 +500,7 @@ def test_report_to_dict_to_json_and_table():
         "status": "failed",
         "seconds": d["entries"][1]["seconds"],
         "error": f"ValueError: cannot compile {P(2, False)!r}",
+        "tuning": None,
     }
     assert json.loads(report.to_json()) == d
     assert "\n" not in report.to_json(indent=None)

@@ -441,6 +441,72 @@ def check_load_hooks() -> None:
         )
 
 
+# -- Autotuner and Heuristics ------------------------------------------------------------------------
+
+
+class _NotAKernel:
+    arg_names = ("B",)
+
+
+@canary("stack_layers", "is_autotuner", "autotuner_parts", "heuristic_values")
+def check_autotune_stack() -> None:
+    from ._autotune_kernels import heur_copy_kernel, sum_inplace_kernel
+
+    assert api.stack_layers(add_kernel) is None
+    layers, jit = api.stack_layers(sum_inplace_kernel)
+    assert [api.is_autotuner(x) for x in layers] == [True, False] and api.is_jit_function(jit)
+    parts = api.autotuner_parts(layers[0])
+    assert (
+        len(parts.configs) == 4 and parts.keys == ["n"] and parts.arg_names[:3] == ["x", "acc", "n"]
+    )
+    assert parts.cache is layers[0].cache and parts.prunes
+    assert callable(parts.pre_hook) and callable(parts.post_hook)
+    values, names = api.heuristic_values(api.stack_layers(heur_copy_kernel)[0][0])
+    assert list(values) == ["BLOCK", "EVEN"] and names == ["x", "out", "n", "BLOCK", "EVEN"]
+    with pytest.raises(TypeError, match="decorator stack contains"):
+        api.stack_layers(triton.heuristics({"B": lambda a: 1})(_NotAKernel()))
+
+
+@canary("prune_configs", "benchmarker", "bench_time")
+def check_autotuner_pruning_and_benchmarking() -> None:
+    from ._autotune_kernels import sum_inplace_kernel
+
+    tuner = sum_inplace_kernel
+    kept = api.prune_configs(tuner, (WarmupTensor("float32", (200,)), None, 200), {})
+    assert [c.kwargs["BLOCK"] for c in kept] == [64, 128, 256]
+    assert getattr(tuner, "nargs", None) is None  # restored
+    assert api.benchmarker(tuner, driver_available=False) is None
+    own = triton.autotune([triton.Config({})], key=[], do_bench=lambda fn, quantiles: [1.0])(
+        add_kernel
+    )
+    assert api.benchmarker(own, driver_available=False) is own._do_bench
+    assert "bench_time" in inspect.getsource(type(tuner).run)
+    assert api.bench_time(own) is None
+
+
+@canary("function_cache_key")
+def check_function_cache_key() -> None:
+    from triton.runtime.interpreter import InterpretedFunction
+
+    assert re.fullmatch(r"[0-9a-f]{64}", api.function_cache_key(add_kernel))
+    assert re.fullmatch(r"[0-9a-f]{64}", api.function_cache_key(InterpretedFunction(add_kernel.fn)))
+
+
+@canary("wrap_autotuner_run", "restore_autotuner_run")
+def check_autotuner_run_wrapping() -> None:
+    from triton.runtime.autotuner import Autotuner
+
+    def wrapper(self, *args, **kwargs):  # pragma: no cover - never called
+        return None
+
+    original = api.wrap_autotuner_run(wrapper)
+    try:
+        assert Autotuner.run is wrapper and "self.fn.run(" in inspect.getsource(original)
+    finally:
+        assert api.restore_autotuner_run(wrapper, original)
+    assert Autotuner.run is original and not api.restore_autotuner_run(wrapper, original)
+
+
 # -- the tests -------------------------------------------------------------------------------------
 
 

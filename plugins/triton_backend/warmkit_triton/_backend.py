@@ -35,7 +35,7 @@ from typing import Any
 
 import attrs
 
-from . import _hooks
+from . import _autotune, _hooks, _tuned
 from . import _triton_api as api
 from ._aot import (
     AotArtifact,
@@ -275,6 +275,18 @@ class TritonBackend:
                 "subclass warmkit_triton.TritonKernel and set fn"
             )
         options = dict(kernel.launch_options(key) or {})
+        stack = _autotune.unwrap(fn)
+        if stack is not None:  # @triton.autotune / @triton.heuristics over the @triton.jit function
+            scope = self._scope_for(str(tgt) if tgt is not None else None)
+            if tgt is not None and api.is_interpreted(stack.jit):
+                raise RuntimeError(
+                    f"kernel {name!r}: TRITON_INTERPRET=1 is set, so Triton interprets kernels and "
+                    f"cannot compile them for {tgt}; unset it for an ahead-of-time compile"
+                )
+            with _hooks.managed(), _hooks.probe():
+                return _autotune.compile_stack(
+                    self, kernel, name, key, stack, kernel.warmup_args(key), options, tgt, scope
+                )
         args, kwargs = check_warmup_args(name, fn, kernel.warmup_args(key), options)
         if api.is_interpreted(fn):
             if tgt is not None:
@@ -454,13 +466,17 @@ class TritonBackend:
         """
         path = Path(directory).resolve()
         path.mkdir(parents=True, exist_ok=True)
+        previous = cache_dir()
         with api.cache_dir_scope(path):
             with self._scopes_lock:
                 self._redirects += 1
+                # tuned results of the cache in effect before are found, and copied into this one
+                _tuned.lookup_dirs.append(previous)
             try:
                 yield path
             finally:
                 with self._scopes_lock:
+                    _tuned.lookup_dirs.remove(previous)
                     self._redirects -= 1
                     if self._redirects == 0:
                         self._forgotten = weakref.WeakSet()
@@ -482,6 +498,34 @@ class TritonBackend:
             self._forgotten.add(fn)
             for cache in api.kernel_caches(fn):
                 cache.clear()
+
+    def tuned_results(
+        self, directory: str | os.PathLike[str] | None = None
+    ) -> list[dict[str, Any]]:
+        """The tuned autotune results stored in a cache directory (default: the one in effect).
+
+        Each is a dict: ``kernel``, ``function``, ``autotune_key``, ``gpu``,
+        ``target``, ``triton_version``, ``winner`` (config index),
+        ``winner_config`` and ``timings_ms``. Bundles list them (``bundle inspect``).
+        """
+        base = directory if directory is not None else cache_dir()
+        out = []
+        for body in _tuned.scan_results(base):
+            rid = body["id"]
+            out.append(
+                {
+                    "kernel": body.get("kernel"),
+                    "function": rid["function"],
+                    "autotune_key": rid["autotune_key"],
+                    "gpu": rid["gpu"],
+                    "target": rid["target"],
+                    "triton_version": rid["triton_version"],
+                    "winner": body.get("winner"),
+                    "winner_config": body.get("winner_config"),
+                    "timings_ms": body.get("timings_ms"),
+                }
+            )
+        return out
 
     # -- runtime monitor ---------------------------------------------------------------------------
 

@@ -9,6 +9,9 @@ Three Triton hooks are used, for every ``@triton.jit`` function in the process
 * ``knobs.compilation.listener``: inside ``triton.compile``, after it; it says
   whether the entry came from the disk cache (``cache_hit``) or was compiled.
   It is paired with the cache hook's miss to time the whole event.
+* ``Autotuner.run``, wrapped at class level (:func:`install_raw_monitor`):
+  a runtime autotune benchmark of any ``@triton.autotune`` kernel, kind
+  ``"autotune"``, refused before benchmarking in ``"error"`` mode.
 * ``knobs.runtime.kernel_load_start_hook``/``kernel_load_end_hook`` (Triton's
   ``HookChain``\\ s): a module load with no compile before it, which is what a
   compile-only warmup leaves to the first launch; reported as kind ``"load"``.
@@ -40,10 +43,12 @@ from . import _triton_api as api
 __all__ = [
     "describe_specialization",
     "install",
+    "install_raw_monitor",
     "managed",
     "pop_outcome",
     "probe",
     "uninstall",
+    "uninstall_raw_monitor",
 ]
 
 logger = logging.getLogger(__name__)
@@ -325,6 +330,7 @@ def install() -> None:
     with _lock:
         _reporting = True
         _install_locked()
+    install_raw_monitor()  # runtime autotune benchmarks, kind "autotune"
     logger.debug("Triton runtime hooks installed")
 
 
@@ -336,6 +342,7 @@ def uninstall() -> None:
         _pending.clear()
         if _probes == 0:
             _uninstall_locked()
+    uninstall_raw_monitor()
     logger.debug("Triton runtime hooks uninstalled")
 
 
@@ -359,3 +366,62 @@ def pop_outcome(digest: str) -> bool | None:
     """The recorded outcome of a managed compile: True = disk hit, False = compiled, None = not seen."""
     with _lock:
         return _outcomes.pop(digest, None)
+
+
+# -- raw autotuned kernels: runtime autotune benchmarks -------------------------------------------------------------
+
+_raw_lock = threading.Lock()
+_original_run: Any = None
+
+
+def _monitored_run(self: Any, *args: Any, **kwargs: Any) -> Any:
+    original = _original_run
+    parts = api.autotuner_parts(self)
+    if original is None or len(parts.configs) <= 1 or not _reporting or _is_managed():
+        return (original or _passthrough)(self, *args, **kwargs)
+    from ._autotune import tuning_key
+
+    key = tuning_key(parts, args, kwargs)
+    if key in parts.cache:
+        return original(self, *args, **kwargs)
+    found = api.stack_layers(self)
+    name = _kernel_name(found[1]) if found is not None else repr(self)
+    monitor = _monitor()
+    # Before any benchmark or config compile: in "error" mode this raises RuntimeCompileError.
+    monitor.on_miss(kernel=name, key=key, backend="triton", kind="autotune")
+    before = api.bench_time(self)
+    t0 = time.perf_counter()
+    result = original(self, *args, **kwargs)
+    bench = api.bench_time(self)
+    seconds = bench if bench is not None and bench != before else time.perf_counter() - t0
+    monitor.record(kernel=name, key=key, backend="triton", seconds=seconds, kind="autotune")
+    return result
+
+
+_passthrough: Any = None
+
+
+def install_raw_monitor() -> None:
+    """Report every runtime autotune of any ``Autotuner`` (wrapped by warmkit or not) to the monitor.
+
+    ``Autotuner.run`` is wrapped at class level, in Triton 3.6 and 3.9 alike:
+    3.9's ``knobs.autotuning.listener`` fires only *after* benchmarking, so it
+    could not refuse a benchmark in ``"error"`` mode, and 3.6 has no listener.
+    A subclass that overrides ``run`` is not seen.
+    """
+    global _original_run, _passthrough
+    with _raw_lock:
+        if _original_run is not None:
+            return
+        _original_run = api.wrap_autotuner_run(_monitored_run)
+        _passthrough = _original_run
+
+
+def uninstall_raw_monitor() -> None:
+    """Put ``Autotuner.run`` back (left wrapped, as a pass-through, if someone wrapped it on top)."""
+    global _original_run
+    with _raw_lock:
+        if _original_run is None:
+            return
+        api.restore_autotuner_run(_monitored_run, _original_run)
+        _original_run = None

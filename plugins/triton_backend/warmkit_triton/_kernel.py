@@ -90,7 +90,9 @@ class TritonKernel(JitKernel[K]):
 
     A subclass provides, besides ``CompileKey`` and ``dispatch``:
 
-    * ``fn``: the ``@triton.jit`` function (class attribute);
+    * ``fn``: the ``@triton.jit`` function (class attribute), or any stack of
+      ``@triton.autotune`` / ``@triton.heuristics`` over it (``docs/triton.md``);
+    * ``warmup_grid(key)``: for an autotuned ``fn``, the grid to benchmark with;
     * ``warmup_args(key) -> (args, kwargs)``: the positional and keyword
       arguments (constexprs included, launch options excluded) of a launch
       with exactly ``key``'s specialization, built from ``WarmupTensor``\\ s
@@ -130,6 +132,25 @@ class TritonKernel(JitKernel[K]):
             )
         if cls.warmup_args is TritonKernel.warmup_args:
             raise KernelDefinitionError(cls, "must define warmup_args(self, key) -> (args, kwargs)")
+        from . import _autotune
+
+        try:
+            stack = _autotune.unwrap(fn)
+        except TypeError as exc:
+            raise KernelDefinitionError(cls, f"fn: {exc}") from exc
+        tuner = stack.tuner if stack is not None else None
+        if (
+            tuner is not None
+            and len(tuner.configs) > 1
+            and cls.warmup_grid is TritonKernel.warmup_grid
+        ):
+            raise KernelDefinitionError(
+                cls,
+                f"fn is @triton.autotune'd ({len(tuner.configs)} configs): define "
+                "warmup_grid(self, key), the launch grid for warmup_args(key) (a tuple, or a "
+                "callable of the bound arguments like a grid lambda), so that device warmup can "
+                "benchmark the configs",
+            )
 
     def warmup_args(self, key: K) -> tuple[Sequence[Any], Mapping[str, Any]]:
         """The arguments of a launch with exactly ``key``'s specialization.
@@ -144,6 +165,18 @@ class TritonKernel(JitKernel[K]):
             ``specialization_rep`` values for specialized ints.
         """
         raise NotImplementedError(f"{type(self).__qualname__} must define warmup_args(self, key)")
+
+    def warmup_grid(self, key: K) -> Any:
+        """The launch grid for ``warmup_args(key)``: needed when ``fn`` is ``@triton.autotune``'d.
+
+        Device warmup benchmarks every surviving config with it, on scratch
+        tensors shaped like the key's warmup tensors. Return a tuple, or
+        a callable of the bound arguments (config constexprs included), like
+        the ``lambda META: (triton.cdiv(n, META["BLOCK"]),)`` of a launch.
+        """
+        raise NotImplementedError(
+            f"{type(self).__qualname__} must define warmup_grid(self, key) to be benchmarked"
+        )
 
     def launch_options(self, key: K) -> Mapping[str, Any]:
         """Triton launch options (``num_warps``, ``num_stages`` ...) for ``key``; default none.

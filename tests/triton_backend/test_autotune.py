@@ -1,0 +1,322 @@
+"""Autotuned and heuristic kernels on a CPU-only host: real sm_90 compiles, the interpreter, stored results, bundles."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import triton
+from warmkit_triton import TritonBackend, TritonKernel, WarmupTensor, _autotune, _hooks, _tuned
+from warmkit_triton._aot import AotDriver, aot_driver, parse_target
+
+import warmkit
+from warmkit import KernelDefinitionError
+
+from . import _autotune_kernels as K
+from .conftest import AOT_TARGET
+
+pytestmark = pytest.mark.filterwarnings("ignore:TRITON_DEFAULT_FP_FUSION")
+
+REPO = Path(__file__).resolve().parents[2]
+IMPORT_ROOT = Path(__file__).resolve().parents[len((__package__ or "").split("."))]
+SCALE_KEY = (1000, "torch.float32", "torch.float32")
+
+
+def aot(kernel, key, target=AOT_TARGET, jobs=1):
+    backend = TritonBackend()
+    with backend.compile_scope(target, jobs):
+        return backend.compile(kernel, key, target)
+
+
+def triton_own_hashes(fn, *args, **kwargs) -> set[str]:
+    """The cache hashes Triton's own layers compile for a call on real (CPU) tensors, ahead of time."""
+    drv = AotDriver(parse_target(AOT_TARGET))
+    with aot_driver(drv):
+        out = fn.warmup(*args, grid=(1,), **kwargs)
+    _autotune.unwrap(fn).jit.device_caches.pop(drv.device, None)
+    return {k.hash for k in (out if isinstance(out, list) else [out])}
+
+
+# -- the definition-time check understands the stack -----------------------------------------------
+
+
+def test_an_autotuned_fn_without_warmup_grid_is_refused_at_definition():
+    with pytest.raises(KernelDefinitionError, match="warmup_grid"):
+
+        class NoGrid(TritonKernel):
+            fn = K.tuned_scale_kernel
+            CompileKey = K.TunedScale.CompileKey
+            dispatch = K.TunedScale.dispatch
+            warmup_args = K.TunedScale.warmup_args
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: triton.autotune([triton.Config({"BLOCK": 8})], key=["n"])(K.tuned_scale_kernel), "two @triton.autotune"),
+        (lambda: triton.heuristics({"NOPE": lambda a: 1})(K.tuned_scale_kernel.fn), "'NOPE', which is not a parameter"),
+        (lambda: triton.heuristics({"BLOCK": lambda a: 64})(K.tuned_scale_kernel), "'BLOCK' is set by both"),
+    ],
+)  # fmt: skip
+def test_stacks_warmkit_cannot_serve_are_refused_naming_why(make, message):
+    body = {
+        "fn": make(),
+        "CompileKey": K.TunedScale.CompileKey,
+        "dispatch": K.TunedScale.dispatch,
+        "warmup_args": K.TunedScale.warmup_args,
+        "warmup_grid": K.TunedScale.warmup_grid,
+    }
+    with pytest.raises(KernelDefinitionError, match=message):
+        type("Bad", (TritonKernel,), body)
+
+
+@pytest.mark.parametrize(
+    ("warmup", "options", "message"),
+    [
+        (lambda t, n: ((t, t, n, 2.0), {"BLOCK": 64}), {}, "passes 'BLOCK', which the autotune configs"),
+        (lambda t, n: ((t, t, n, 2.0, 64), {}), {}, "passes 'BLOCK', which the autotune configs"),
+        (lambda t, n: ((t, t, n, 2.0), {}), {"num_warps": 4}, "launch_options.*'num_warps'.*autotune"),
+        (lambda t, n: ((t, t, n), {}), {}, "does not give parameter 'factor'"),
+    ],
+)  # fmt: skip
+def test_warmup_args_may_not_pass_what_the_stack_sets(warmup, options, message):
+    class Scale(K.TunedScale):
+        def warmup_args(self, key):
+            return warmup(WarmupTensor("float32", (key.n,)), key.n)
+
+        def launch_options(self, key):
+            return options
+
+    with pytest.raises(TypeError, match=message):
+        aot(Scale(), Scale.CompileKey("float32", 1000))
+
+
+def test_a_heuristic_target_passed_by_warmup_args_is_named():
+    class Copy(K.HeurCopy):
+        def warmup_args(self, key):
+            t = WarmupTensor("float32", (key.n,))
+            return (t, t, key.n), {"EVEN": True}
+
+    with pytest.raises(TypeError, match="passes 'EVEN', which the heuristics"):
+        aot(Copy(), Copy.CompileKey("float32", 64))
+
+
+# -- ahead of time --------------------------------------------------------------------------------
+
+
+def test_aot_compiles_every_config_with_the_runtime_hashes():
+    art = aot(K.TunedScale(), K.TunedScale.CompileKey("float32", 1000), jobs=2)
+    assert art.tuning == "needs-device" and art.configs == (0, 1, 2, 3)
+    assert art.tuning_key == SCALE_KEY
+    assert not art.cache_hit and len({a.hash for a in art.artifacts}) == 4
+    x = torch.empty(1000)
+    assert {a.hash for a in art.artifacts} == triton_own_hashes(
+        K.tuned_scale_kernel, x, x, 1000, 2.0
+    )
+
+
+def test_heuristic_constexprs_equal_the_runtime_ones():
+    for n in (100, 64):  # EVEN false, then true
+        art = aot(K.HeurCopy(), K.HeurCopy.CompileKey("float32", n))
+        x = torch.empty(n)
+        assert {art.hash} == triton_own_hashes(K.heur_copy_kernel, x, x, n, num_warps=4)
+    derived = _autotune.derive(_autotune.unwrap(K.heur_copy_kernel), (x, x, 64), {}, None)
+    assert derived.heuristics == {"BLOCK": 64, "EVEN": True}
+
+
+def test_autotune_over_heuristics_with_pruning_compiles_the_survivors_as_triton_would():
+    art = aot(K.SumInplace(), K.SumInplace.CompileKey(200))
+    assert art.configs == (0, 1, 2)  # BLOCK 512 > next_power_of_2(200) was pruned
+    x, acc = torch.empty(200), torch.empty(1)
+    assert {a.hash for a in art.artifacts} == triton_own_hashes(K.sum_inplace_kernel, x, acc, 200)
+
+
+def test_a_second_process_aot_finds_only_disk_hits(tmp_path):
+    reg = warmkit.WarmupRegistry()
+    reg.add(K.TunedScale, n=[1000, 3000])
+    reg.add(K.SumInplace, n=200)
+    reg.add(K.HeurCopy, n=100)
+    manifest = reg.save(tmp_path / "warmup.json")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WARMKIT_")}
+    env |= {"TRITON_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": str(IMPORT_ROOT)}
+    runs = []
+    for _ in range(2):
+        out = subprocess.run(
+            [sys.executable, "-m", f"{__package__}._bundle_child", str(manifest), AOT_TARGET],
+            env=env, cwd=REPO, capture_output=True, text=True, timeout=300, check=False,
+        )  # fmt: skip
+        assert out.returncode == 0, out.stderr
+        runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    first, second = runs
+    # n=1000 and n=3000 are two autotune keys but one specialization (neither divisible by 16):
+    # 4 configs + 3 survivors + 1 heuristic variant
+    assert first["listener"] == [False] * 8
+    assert second["listener"] == [True] * 8
+    assert second["statuses"] == ["cached"] * 4
+
+
+def test_the_report_says_which_keys_need_device_tuning():
+    reg = warmkit.WarmupRegistry()
+    reg.add(K.TunedScale, n=1000)
+    reg.add(K.HeurCopy, n=100)
+    report = warmkit.warmup(
+        warmkit.WarmupConfig(target=AOT_TARGET, monitor="off", progress="off"), reg
+    )
+    assert [e.tuning for e in report.entries] == ["needs-device", None]
+    assert [e.kernel for e in report.needs_tuning] == [K.TunedScale.name]
+    assert "NEEDS TUNING ON A DEVICE" in report.table()
+    assert json.loads(report.to_json())["entries"][0]["tuning"] == "needs-device"
+
+
+# -- stored results -----------------------------------------------------------------------------
+
+
+def _store(directory, gpu="NVIDIA H200", winner=2, key=SCALE_KEY, target=AOT_TARGET):
+    stack = _autotune.unwrap(K.tuned_scale_kernel)
+    rid = _tuned.result_id(stack, key, gpu, target)
+    timings = {i: [1.0 + abs(i - winner), 1.0, 1.0] for i in range(4)}
+    path = _tuned.store_result(
+        directory, rid, kernel=K.TunedScale.name, configs=stack.autotuner.configs,
+        timings=timings, winner=winner, seconds=0.25,
+    )  # fmt: skip
+    return stack, rid, path
+
+
+def test_results_are_found_only_for_their_gpu_model(tmp_path):
+    stack, rid, _ = _store(tmp_path)
+    assert _tuned.find_result(stack, rid, tmp_path)[0] == 2
+    other = _tuned.result_id(stack, SCALE_KEY, "NVIDIA H100 80GB HBM3", AOT_TARGET)
+    assert _tuned.find_result(stack, other, tmp_path) is None
+    assert _tuned.known_winners(stack, other, str(tmp_path)) == {"NVIDIA H200": 2}
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip", "winner"])
+def test_a_damaged_result_is_refused_with_a_warning(tmp_path, caplog, damage):
+    stack, rid, path = _store(tmp_path)
+    text = path.read_text()
+    if damage == "truncate":
+        path.write_text(text[: len(text) // 2])
+    elif damage == "flip":
+        path.write_text(text.replace('"winner": 2', '"winner": 1'))
+    else:  # a consistent file whose winner the kernel does not have
+        doc = json.loads(text)
+        doc["body"]["winner"] = 9
+        path.write_text(_tuned._seal(doc["body"]))
+    with caplog.at_level(logging.WARNING):
+        assert _tuned.find_result(stack, rid, tmp_path) is None
+    assert str(path) in caplog.text
+
+
+def test_known_winners_compile_only_the_winners_ahead_of_time(triton_cache):
+    _store(triton_cache, gpu="NVIDIA H200", winner=2)
+    _store(triton_cache, gpu="NVIDIA H100 80GB HBM3", winner=3)
+    art = aot(K.TunedScale(), K.TunedScale.CompileKey("float32", 1000))
+    assert art.tuning == "known-winners" and art.configs == (2, 3)
+    assert art.known_winners == {"NVIDIA H200": 2, "NVIDIA H100 80GB HBM3": 3}
+
+
+def test_a_bundle_carries_results_and_installs_them(tmp_path, triton_cache):
+    _store(triton_cache)  # as a GPU host measured it, for key n=1000
+    reg = warmkit.WarmupRegistry()
+    reg.add(K.TunedScale, n=[1000, 3000])
+    bundle = tmp_path / "tuned.wkb"
+    warmkit.build_bundle(reg, bundle, target=AOT_TARGET, progress="off")
+    info = warmkit.inspect_bundle(bundle)
+    tuned = info["backends"]["triton"]["tuned"]
+    assert info["totals"]["tuned"] == 1
+    assert [(t["gpu"], t["winner"], t["autotune_key"]) for t in tuned] == [
+        ("NVIDIA H200", 2, repr(SCALE_KEY))
+    ]
+    cli = subprocess.run(
+        [sys.executable, "-m", "warmkit", "bundle", "inspect", str(bundle)],
+        capture_output=True, text=True, check=True, timeout=120,
+    )  # fmt: skip
+    assert "tuned: " in cli.stdout and "NVIDIA H200" in cli.stdout
+    empty = tmp_path / "serving-cache"
+    warmkit.install_bundle(bundle, cache_dirs={"triton": empty})
+    stack = _autotune.unwrap(K.tuned_scale_kernel)
+    rid = _tuned.result_id(stack, SCALE_KEY, "NVIDIA H200", AOT_TARGET)
+    assert _tuned.find_result(stack, rid, empty)[0] == 2
+
+
+# -- device tuning, end to end under the interpreter ---------------------------------------------
+
+
+def interp(step: str, cache: Path) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WARMKIT_")}
+    env |= {"TRITON_INTERPRET": "1", "TRITON_CACHE_DIR": str(cache)}
+    out = subprocess.run(
+        [sys.executable, str(Path(__file__).with_name("_autotune_interp.py")), step],
+        env=env, cwd=REPO, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_device_tuning_stores_results_and_a_restart_benchmarks_nothing(tmp_path):
+    cache = tmp_path / "cache"
+    first = interp("tune", cache)
+    tuned = {"TunedScale 1000": "benchmarked", "TunedScale 3000": "benchmarked"}
+    assert first["tuning"] == tuned | {
+        "SumInplace 200": "benchmarked",
+        "HeurCopy 100": None,
+        "HeurCopy 64": None,
+    }
+    assert first["benchmarks_at_warmup"] == 3 and first["stored"] == 3
+    # restore_value put x back between runs; reset_to_zero zeroed acc before each (one run's sum)
+    assert first["restored"] is True
+    assert first["acc_after_bench"] == pytest.approx(first["x_sum"], abs=1e-3)
+    assert first["pre_hook_calls"] >= 3  # every surviving config ran its pre_hook
+    second = interp("restore", cache)
+    for facts in (first, second):
+        assert all(v for k, v in facts.items() if k.endswith("_ok") or "_ok_" in k)
+        assert facts["benchmarks_at_runtime"] == 0 and facts["events"] == []
+    assert second["tuning"] == {k: "stored" if v else v for k, v in first["tuning"].items()}
+    assert second["benchmarks_at_warmup"] == 0
+
+
+def test_a_raw_autotuned_kernel_is_refused_before_benchmarking_then_reported(tmp_path):
+    facts = interp("raw", tmp_path / "cache")
+    assert (
+        facts["refused_kind"] == "autotune"
+        and facts["refused_key"] == "(300, 'torch.float32', 'torch.float32')"
+    )
+    assert facts["benchmarked_before_refusal"] is False
+    assert facts["ok"] is True
+    assert facts["events"] == [
+        ["refused", "raw_tuned", facts["refused_key"], False],
+        ["autotune", "raw_tuned", facts["refused_key"], True],
+    ]
+
+
+def test_autotune_key_drift_is_detected_naming_the_argument(tmp_path):
+    facts = interp("drift", tmp_path / "cache")
+    assert (facts["parameter"], facts["expected"], facts["got"]) == ("n", 1024, 1000)
+
+
+def test_the_raw_monitor_wraps_and_restores_autotuner_run():
+    from triton.runtime.autotuner import Autotuner
+
+    original = Autotuner.run
+    warmkit.monitor.arm("warn")
+    assert Autotuner.run is _hooks._monitored_run
+    warmkit.monitor.disarm()
+    assert Autotuner.run is original
+
+
+def test_unknown_layers_are_named():
+    class NotTriton:
+        fn = K.tuned_scale_kernel.fn
+        arg_names = ("x",)
+
+        def warmup(self):  # pragma: no cover
+            pass
+
+    with pytest.raises(TypeError, match="NotTriton"):
+        _autotune.unwrap(NotTriton())
