@@ -19,6 +19,8 @@ from ._backend import (
     Executor,
     MonitorHooks,
     ReportsCacheHit,
+    ReportsTuning,
+    TunedResults,
     current_target,
 )
 from ._exceptions import (
@@ -69,7 +71,9 @@ __all__ = [
     "Registration",
     "ReportEntry",
     "ReportsCacheHit",
+    "ReportsTuning",
     "RuntimeCompileError",
+    "TunedResults",
     "WarmkitError",
     "WarmupConfig",
     "WarmupError",

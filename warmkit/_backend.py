@@ -4,10 +4,10 @@ A backend compiles kernels of one DSL (Triton, TileLang, CuTe DSL ...). It is
 published as an entry point in the group ``warmkit.backends``. It must satisfy
 :class:`Backend`; each optional capability is a protocol of its own
 (:class:`BundleCapable`, :class:`CacheProbe`, :class:`MonitorHooks`,
-:class:`CanonicalTargets`), and the core uses a capability only where
+:class:`CanonicalTargets`, :class:`TunedResults`), and the core uses a capability only where
 ``isinstance(backend, Protocol)`` says the backend has it. What ``compile``
 returns satisfies :class:`Executor` (and :class:`ReportsCacheHit` when it can
-tell). ``docs/architecture.md`` is the guide, with the checklist a new backend
+tell, :class:`ReportsTuning` for an autotuned kernel). ``docs/architecture.md`` is the guide, with the checklist a new backend
 must pass.
 """
 
@@ -35,7 +35,9 @@ __all__ = [
     "Executor",
     "MonitorHooks",
     "ReportsCacheHit",
+    "ReportsTuning",
     "TileLangStubBackend",
+    "TunedResults",
     "current_target",
     "entry_check",
     "missing_members",
@@ -187,6 +189,29 @@ class ReportsCacheHit(Protocol):
     """Optional for executors: whether the persistent cache served the variant (the warmup report says so)."""
 
     cache_hit: bool
+
+
+@runtime_checkable
+class ReportsTuning(Protocol):
+    """Optional for executors of autotuned kernels: what the backend did about tuning.
+
+    ``tuning`` goes into the warmup report (``ReportEntry.tuning``); a runtime
+    compile whose executor spent ``autotune_seconds > 0`` benchmarking is also
+    a monitor event of kind ``"autotune"`` with ``tuning_key`` as its key.
+    """
+
+    tuning: str | None
+    tuning_key: Any
+    autotune_seconds: float
+
+
+@runtime_checkable
+class TunedResults(Protocol):
+    """Optional: tuned results (autotune winners) among a cache directory's entries, for bundles."""
+
+    def tuned_results(self, directory: str | os.PathLike[str]) -> list[dict[str, Any]]:
+        """One dict per tuned result: kernel, autotune key, GPU model, winner, timings."""
+        ...
 
 
 def entry_check(backend: Any) -> Any:

@@ -53,7 +53,7 @@ from typing import Any
 import attrs
 
 from . import _envs, _signing
-from ._backend import BundleCapable, CanonicalTargets, entry_check, missing_members
+from ._backend import BundleCapable, CanonicalTargets, TunedResults, entry_check, missing_members
 from ._exceptions import BundleError
 from ._integrity import identity, iter_entries, sha256_file, verify_entry, write_record
 
@@ -192,9 +192,8 @@ def build_bundle(
                 "fingerprint": fingerprints[b],
                 "entries": entries,
             }
-            tuned = getattr(backend, "tuned_results", None)
-            if tuned is not None:  # e.g. Triton autotune winners: listed by bundle inspect
-                meta["backends"][b]["tuned"] = tuned(roots[b])
+            if isinstance(backend, TunedResults):  # e.g. Triton autotune winners
+                meta["backends"][b]["tuned"] = backend.tuned_results(roots[b])
         out.parent.mkdir(parents=True, exist_ok=True)
         partial = out.with_name(f".{out.name}.{uuid.uuid4().hex}.partial")
         try:

@@ -26,7 +26,7 @@ from concurrent.futures import Future
 from typing import Any, ClassVar, Generic, TypeVar
 
 from . import _envs, monitor
-from ._backend import current_target, target_scope
+from ._backend import ReportsTuning, current_target, target_scope
 from ._exceptions import KernelDefinitionError
 from ._space import DispatchInfo, expand
 
@@ -161,14 +161,14 @@ class JitKernel(Generic[K]):
                 seconds=time.perf_counter() - t0,
                 kind="compile",
             )
-            tuned = getattr(executor, "autotune_seconds", 0.0)
-            if isinstance(tuned, float) and tuned > 0:  # the compile included an autotune benchmark
+            if isinstance(executor, ReportsTuning) and executor.autotune_seconds > 0:
+                # the compile included an autotune benchmark
                 monitor.record(
                     kernel=cls.name,
-                    key=getattr(executor, "tuning_key", key),
+                    key=executor.tuning_key,
                     backend=cls.backend,
                     context=runtime_context,
-                    seconds=tuned,
+                    seconds=executor.autotune_seconds,
                     kind="autotune",
                 )
         return executor

@@ -20,7 +20,7 @@ from typing import Any
 import attrs
 
 from . import _envs, monitor
-from ._backend import CanonicalTargets, ReportsCacheHit
+from ._backend import CanonicalTargets, ReportsCacheHit, ReportsTuning
 from ._exceptions import BackendUnavailableError, WarmupError
 
 __all__ = ["ReportEntry", "WarmupConfig", "WarmupReport", "warmup"]
@@ -479,7 +479,7 @@ class _Run:
                 if cached or (isinstance(executor, ReportsCacheHit) and executor.cache_hit is True)
                 else "compiled"
             )
-            tuning = getattr(executor, "tuning", None)
+            tuning = executor.tuning if isinstance(executor, ReportsTuning) else None
             return ReportEntry(
                 name,
                 backend_name,

@@ -481,6 +481,11 @@ class AutotunedArtifact:
     def cache_hit(self) -> bool:
         return all(a.cache_hit for a in self.artifacts)
 
+    @property
+    def autotune_seconds(self) -> float:
+        """Always 0: nothing is benchmarked ahead of time."""
+        return 0.0
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         raise RuntimeError(
             f"kernel {self.kernel!r} key {self.key!r} was compiled ahead of time for {self.target}; "
