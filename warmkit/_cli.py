@@ -9,7 +9,9 @@ Exit codes (also in ``warmkit --help``):
   (fingerprint or target mismatch, corruption, bad signature), bad cache entries;
 * 2: usage errors: bad arguments, an unknown target or backend name, a
   manifest or bundle that does not exist or cannot be read, a kernel it names
-  that cannot be loaded.
+  that cannot be loaded;
+* 130: interrupted (SIGINT / Ctrl-C): queued compiles are cancelled at once,
+  and the report so far is printed, marked cancelled.
 
 An error prints one line; ``-v`` adds the traceback and full compiler logs.
 """
@@ -37,12 +39,14 @@ from ._exceptions import (
 __all__ = ["main"]
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports it
 
 _EPILOG = """exit codes:
   0  ok
   1  something failed: a compile, a backend, a warmup that compiled nothing,
      a refused bundle, bad cache entries
   2  usage error: bad arguments, unknown target or backend, unreadable manifest or bundle
+  130  interrupted (SIGINT): the report so far is printed, marked cancelled
 
 -v prints tracebacks and full compiler logs; -vv adds debug logs."""
 _JSON = "print the result as JSON instead of a table"
@@ -481,6 +485,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     try:
         return commands[args.command](args)
+    except KeyboardInterrupt as exc:
+        report = getattr(exc, "report", None)
+        if report is not None:
+            _print_report(report, getattr(args, "json", False))
+        print("warmkit: cancelled (SIGINT)", file=sys.stderr)
+        return EXIT_INTERRUPTED
     except BrokenPipeError:
         # The reader went away (`warmkit plan m.json | head`): not an error. Point stdout
         # at devnull so the interpreter's final flush does not raise again.

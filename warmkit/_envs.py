@@ -44,6 +44,16 @@ def _pos_int(raw: str) -> int:
     return n
 
 
+def _opt_seconds(raw: str) -> float | None:
+    v = raw.strip().lower()
+    if v in ("", "none", "off"):
+        return None
+    n = float(v)
+    if not n > 0:
+        raise ValueError(f"expected a positive number of seconds or 'off', got {raw!r}")
+    return n
+
+
 def _opt_str(raw: str) -> str | None:
     return raw.strip() or None
 
@@ -107,6 +117,12 @@ ENVIRONMENT: dict[str, EnvVar] = {
     # A bundle installed before compiling (warmkit bundle build ...).
     "WARMKIT_BUNDLE": EnvVar(
         None, _opt_str, "WarmupConfig.bundle: a .wkb bundle to install before compiling."
+    ),
+    # Bound on one key's compile; a longer one fails that key and its thread is abandoned.
+    "WARMKIT_COMPILE_TIMEOUT": EnvVar(
+        None,
+        _opt_seconds,
+        "WarmupConfig.compile_timeout: seconds per key's compile; unset/off = unbounded.",
     ),
     # Public keys (PEM files) a bundle must be signed by; set = unsigned bundles are refused.
     "WARMKIT_BUNDLE_TRUST": EnvVar(

@@ -13,7 +13,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from contextlib import nullcontext
 from typing import Any
 
@@ -22,13 +21,14 @@ import attrs
 from . import _envs, monitor
 from ._backend import CanonicalTargets, ReportsCacheHit, ReportsTuning
 from ._exceptions import BackendUnavailableError, WarmupError
+from ._runner import CANCELLED, NOT_ATTEMPTED, run
 
 __all__ = ["ReportEntry", "WarmupConfig", "WarmupReport", "warmup"]
 
 logger = logging.getLogger(__name__)
 
 STATUSES = ("compiled", "cached", "failed", "skipped")
-_NOT_ATTEMPTED = "not attempted: an earlier key failed"
+_NOT_ATTEMPTED = NOT_ATTEMPTED
 
 
 def _in(*choices: str) -> Callable[[Any, Any, Any], None]:
@@ -45,6 +45,16 @@ def _in(*choices: str) -> Callable[[Any, Any, Any], None]:
 def _jobs(_inst: Any, _attr: Any, value: Any) -> None:
     if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
         raise ValueError(f"WarmupConfig.jobs must be a positive int or None (auto), got {value!r}")
+
+
+def _timeout(_inst: Any, _attr: Any, value: Any) -> None:
+    if value is not None and (
+        isinstance(value, bool) or not isinstance(value, int | float) or not value > 0
+    ):
+        raise ValueError(
+            f"WarmupConfig.compile_timeout must be a positive number of seconds or None, "
+            f"got {value!r}"
+        )
 
 
 def _backends(value: Any) -> tuple[str, ...] | None:
@@ -70,6 +80,9 @@ class WarmupConfig:
         backends: allow-list of backend names; kernels of others are skipped.
         bundle: a ``.wkb`` bundle to install before compiling (``docs/bundles.md``);
             its entries turn compiles into cache hits.
+        compile_timeout: seconds one key's compile may take; a longer one is a
+            failed key (``TimeoutError``) and its thread is abandoned
+            (``docs/reliability.md``). None = unbounded.
     """
 
     enabled: bool = attrs.field(default=True, validator=attrs.validators.instance_of(bool))
@@ -82,6 +95,7 @@ class WarmupConfig:
     bundle: str | None = attrs.field(
         default=None, converter=lambda v: None if v is None else str(v)
     )
+    compile_timeout: float | None = attrs.field(default=None, validator=_timeout)
 
     @classmethod
     def from_env(cls, **overrides: Any) -> WarmupConfig:
@@ -99,6 +113,7 @@ class WarmupConfig:
             "progress": _envs.get("WARMKIT_PROGRESS"),
             "backends": _envs.get("WARMKIT_BACKENDS"),
             "bundle": _envs.get("WARMKIT_BUNDLE"),
+            "compile_timeout": _envs.get("WARMKIT_COMPILE_TIMEOUT"),
         }
         values.update(overrides)
         return cls(**values)
@@ -156,6 +171,12 @@ class WarmupReport:
         target: the configured target (None = current device).
         jobs: the parallelism used.
         monitor: the mode the monitor was armed with (``"off"`` if not armed).
+        cancelled: True when SIGINT (Ctrl-C) interrupted the warmup; keys it
+            never finished are ``skipped`` with the reason.
+
+    Timings: ``seconds`` is wall-clock time for the whole warmup; each entry's
+    ``seconds`` is that key's own time, so per-kernel sums in ``table()``
+    add up time spent in parallel and may exceed the total.
     """
 
     enabled: bool
@@ -164,6 +185,7 @@ class WarmupReport:
     target: str | None = None
     jobs: int = 1
     monitor: str = "off"
+    cancelled: bool = False
 
     def count(self, status: str) -> int:
         return sum(1 for e in self.entries if e.status == status)
@@ -182,6 +204,7 @@ class WarmupReport:
         return (
             self.enabled
             and self.ok
+            and not self.cancelled
             and not (self.entries and self.count("skipped") == len(self.entries))
         )
 
@@ -204,6 +227,7 @@ class WarmupReport:
             "target": self.target,
             "jobs": self.jobs,
             "monitor": self.monitor,
+            "cancelled": self.cancelled,
             "totals": self.totals(),
             "entries": [e.to_dict() for e in self.entries],
         }
@@ -248,6 +272,12 @@ class WarmupReport:
             lines.append(f"FAILED {e.kernel} {e.key!r}: {e.error}")
         for e in self.needs_tuning:
             lines.append(f"NEEDS TUNING ON A DEVICE {e.kernel} {e.key!r}: every config compiled")
+        lines.append(
+            f"seconds: per kernel, the sum of its keys' compile times (they overlap with "
+            f"jobs={self.jobs}); total, wall-clock"
+        )
+        if self.cancelled:
+            lines.append("CANCELLED (SIGINT): keys not compiled are listed as skipped")
         return "\n".join(lines)
 
     def __str__(self) -> str:
@@ -322,13 +352,22 @@ def warmup(config: WarmupConfig | None = None, registry: Any = None) -> WarmupRe
 
     check_target(config.target, [b for b in groups if b is not None])
 
-    run = _Run(config, n_keys, jobs, t_start)
+    loop = _Run(config, n_keys, jobs, t_start)
+    interrupted: KeyboardInterrupt | None = None
     try:
         for backend_name, items in groups.items():
-            run.backend_group(backend_name, items)
+            loop.backend_group(backend_name, items)
+    except KeyboardInterrupt as exc:
+        interrupted = exc
+        loop.cancelled = True
+        done = {(e.kernel, e.key) for e in loop.entries}
+        for backend_name, items in groups.items():  # groups never reached
+            loop.backend_group(
+                backend_name, [(k, key) for k, key in items if (type(k).name, key) not in done]
+            )
     finally:
-        run.close()
-    entries.extend(run.entries)
+        loop.close()
+    entries.extend(loop.entries)
     # Deterministic report order: plan order.
     order = {
         (name, k): i
@@ -345,11 +384,23 @@ def warmup(config: WarmupConfig | None = None, registry: Any = None) -> WarmupRe
         seconds=elapsed,
         target=config.target,
         jobs=jobs,
-        monitor="off" if failures or filtered_out else config.monitor,
+        monitor="off" if failures or filtered_out or interrupted else config.monitor,
+        cancelled=interrupted is not None,
     )
+    if interrupted is not None:
+        logger.warning(
+            "warmkit warmup cancelled (SIGINT) after %.2fs: %d key(s) ready, %d failed, %d not "
+            "compiled; the process is NOT warm",
+            elapsed,
+            report.count("compiled") + report.count("cached"),
+            report.count("failed"),
+            report.count("skipped"),
+        )
+        interrupted.report = report  # type: ignore[attr-defined]  # for the caller (the CLI)
+        raise interrupted
     if failures:
         first = failures[0]
-        if run.aborted:
+        if loop.aborted:
             msg = (
                 f"warmup failed on kernel {first.kernel!r} key {first.key!r} after "
                 f"{first.seconds:.3f}s: {first.error} ({report.count('compiled') + report.count('cached')} "
@@ -403,6 +454,7 @@ class _Run:
         self.jobs = jobs
         self.entries: list[ReportEntry] = []
         self.aborted = False
+        self.cancelled = False
         self._lock = threading.Lock()
         self._bar = None
         if total and _progress_enabled(config.progress):
@@ -433,12 +485,11 @@ class _Run:
             )
 
     def backend_group(self, backend_name: str | None, items: list[tuple[Any, Any]]) -> None:
-        if self.aborted:
+        if self.aborted or self.cancelled:
+            reason = CANCELLED if self.cancelled else _NOT_ATTEMPTED
             for kernel, key in items:
                 self._add(
-                    ReportEntry(
-                        type(kernel).name, backend_name, key, "skipped", error=_NOT_ATTEMPTED
-                    )
+                    ReportEntry(type(kernel).name, backend_name, key, "skipped", error=reason)
                 )
             return
         target = self.config.target
@@ -489,46 +540,58 @@ class _Run:
                 tuning=tuning if isinstance(tuning, str) else None,
             )
 
-        if workers <= 1:
-            for kernel, key in items:
-                if self.aborted:
-                    self._add(
-                        ReportEntry(
-                            type(kernel).name, backend_name, key, "skipped", error=_NOT_ATTEMPTED
-                        )
-                    )
-                    continue
-                entry = one(kernel, key)
-                self._add(entry)
-                if entry.status == "failed" and self.config.on_error == "raise":
-                    self.aborted = True
-            return
+        def skipped(item: tuple[Any, Any], reason: str) -> None:
+            kernel, key = item
+            self._add(ReportEntry(type(kernel).name, backend_name, key, "skipped", error=reason))
 
-        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="warmkit") as pool:
-            futures = {
-                pool.submit(_in_context(one), kernel, key): (kernel, key) for kernel, key in items
-            }
-            for fut in as_completed(futures):
-                if fut.cancelled():
+        def finished(_item: tuple[Any, Any], entry: ReportEntry) -> bool:
+            self._add(entry)
+            if entry.status == "failed" and self.config.on_error == "raise" and not self.aborted:
+                self.aborted = True  # keys already running finish; the rest are skipped
+            return self.aborted
+
+        def timed_out(item: tuple[Any, Any], seconds: float) -> None:
+            kernel, key = item
+            limit = self.config.compile_timeout
+            exc = TimeoutError(
+                f"compile of kernel {type(kernel).name!r} key {key!r} exceeded compile_timeout="
+                f"{limit:g}s (WARMKIT_COMPILE_TIMEOUT); its thread was abandoned: the compile runs "
+                "on until it returns and its result is discarded"
+            )
+            finished(
+                item,
+                ReportEntry(
+                    type(kernel).name, backend_name, key, "failed", seconds, _describe(exc), exc
+                ),
+            )
+
+        if workers <= 1 and self.config.compile_timeout is None:
+            # In the calling thread: the backend's device state stays where the caller put it.
+            for n, (kernel, key) in enumerate(items):
+                if self.aborted:
+                    skipped((kernel, key), _NOT_ATTEMPTED)
                     continue
-                entry = fut.result()
-                self._add(entry)
-                if (
-                    entry.status == "failed"
-                    and self.config.on_error == "raise"
-                    and not self.aborted
-                ):
-                    # Keys already running finish; the rest are reported as skipped.
-                    self.aborted = True
-                    for f in futures:
-                        f.cancel()
-        for fut, (kernel, key) in futures.items():
-            if fut.cancelled():
-                self._add(
-                    ReportEntry(
-                        type(kernel).name, backend_name, key, "skipped", error=_NOT_ATTEMPTED
-                    )
-                )
+                try:
+                    finished((kernel, key), one(kernel, key))
+                except KeyboardInterrupt:
+                    self.cancelled = True
+                    for item in items[n:]:
+                        skipped(item, CANCELLED)
+                    raise
+            return
+        try:
+            run(
+                items,
+                lambda item: one(*item),
+                workers=workers,
+                timeout=self.config.compile_timeout,
+                on_done=finished,
+                on_timeout=timed_out,
+                on_unrun=skipped,
+            )
+        except KeyboardInterrupt:
+            self.cancelled = True
+            raise
 
 
 def _in_context(fn: Callable[..., Any]) -> Callable[..., Any]:

@@ -35,6 +35,7 @@ VALID = {
     "WARMKIT_PROGRESS": [("auto", "auto"), ("on", "on"), ("off", "off")],
     "WARMKIT_BACKENDS": [("triton", ("triton",)), ("b, a,,a", ("a", "b")), ("", ())],
     "WARMKIT_BUNDLE": [("kernels.wkb", "kernels.wkb"), (" /b/k.wkb ", "/b/k.wkb"), ("", None)],
+    "WARMKIT_COMPILE_TIMEOUT": [("30", 30.0), (" 0.5 ", 0.5), ("off", None), ("", None)],
     "WARMKIT_BUNDLE_TRUST": [("/k/a.pub, /k/b.pub", ("/k/a.pub", "/k/b.pub")), ("", ())],
     "WARMKIT_PLUGINS": [("triton,blocktable.slot_mapping", ("blocktable.slot_mapping", "triton"))],
     "WARMKIT_MAX_POINTS": [("10", 10), ("1_000_000", 1_000_000)],
@@ -49,6 +50,7 @@ INVALID = {
     "WARMKIT_PROGRESS": ["yes"],
     "WARMKIT_MAX_POINTS": ["0", "lots"],
     "WARMKIT_RANK": ["first"],
+    "WARMKIT_COMPILE_TIMEOUT": ["0", "-1", "soon"],
 }
 
 FIELD_VARS = {f.name: f"WARMKIT_{f.name.upper()}" for f in attrs.fields(WarmupConfig)}
@@ -105,6 +107,7 @@ def test_from_env_reads_every_field(monkeypatch):
         "WARMKIT_PROGRESS": "off",
         "WARMKIT_BACKENDS": "triton,fake",
         "WARMKIT_BUNDLE": "kernels.wkb",
+        "WARMKIT_COMPILE_TIMEOUT": "12.5",
     }
     assert set(env) == set(FIELD_VARS.values())
     for k, v in env.items():
@@ -118,6 +121,7 @@ def test_from_env_reads_every_field(monkeypatch):
         progress="off",
         backends=("fake", "triton"),
         bundle="kernels.wkb",
+        compile_timeout=12.5,
     )
     assert WarmupConfig.from_env(jobs=None, monitor="off").jobs is None
 

@@ -616,3 +616,82 @@ def test_an_unknown_target_is_refused_before_any_compile(fake_backend, monkeypat
         warmkit.warmup(cfg(target="fake:999"), reg)
     assert _kernels.COMPILES == []
     assert statuses(warmkit.warmup(cfg(target="fake:1"), reg)) == ["compiled", "compiled"]
+
+
+# -- cancellation and timeouts -------------------------------------------------------------
+
+
+def test_sigint_cancels_queued_compiles_at_once_and_keeps_the_report(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import time
+    from pathlib import Path
+
+    starts = tmp_path / "starts"
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "core._sigint_child", str(starts)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    assert proc.stdout.readline().strip() == "ready"
+    deadline = time.monotonic() + 60
+    while (
+        not starts.exists() or len(starts.read_text().split()) < 4
+    ) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    t_signal = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    t_exit = time.monotonic()
+    assert proc.returncode == 130, err
+    began = [float(t) for t in starts.read_text().split()]
+    after = [t for t in began if t > t_signal + 0.05]
+    assert len(after) == 0, f"{len(after)} compile(s) started after SIGINT"
+    assert t_exit - t_signal < 0.4 + 2.0  # the running compiles end, then at most 2 s
+    report = json.loads(out)
+    assert report["cancelled"] is True and report["monitor"] == "off"
+    done = report["totals"]["compiled"]
+    assert 2 <= done <= len(began) and report["totals"]["keys"] == 40  # running ones abandoned
+    skipped = [e for e in report["entries"] if e["status"] == "skipped"]
+    assert len(skipped) == 40 - done and all("cancelled" in e["error"] for e in skipped)
+    assert "cancelled (SIGINT)" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_a_hung_compile_is_a_timed_out_key_naming_kernel_and_key(jobs):
+    import time
+
+    release = threading.Event()
+    base = 10 * jobs  # keys of their own: the other run's abandoned compile may finish later
+    hung = PyKernel.CompileKey(n=base + 2, flag=False)
+
+    def hook(key):
+        if key == hung:
+            release.wait(30)  # a compile that does not return
+
+    PyKernel.hook = hook
+    try:
+        reg = reg_of((PyKernel, {"n": [base + 1, base + 2, base + 3]}))
+        t0 = time.monotonic()
+        with pytest.raises(WarmupError) as info:
+            warmkit.warmup(cfg(jobs=jobs, compile_timeout=0.3, on_error="collect"), reg)
+        assert time.monotonic() - t0 < 5
+    finally:
+        release.set()
+        PyKernel.hook = None
+    report = info.value.report
+    assert statuses(report) == ["compiled", "failed", "compiled"]
+    (failed,) = report.failures
+    assert failed.key == hung and isinstance(failed.exception, TimeoutError)
+    assert "compile_timeout=0.3s" in failed.error and PyKernel.name in failed.error
+    assert "abandoned" in failed.error and failed.seconds >= 0.3
+
+
+def test_compile_timeout_is_validated():
+    with pytest.raises(ValueError, match="compile_timeout"):
+        WarmupConfig(compile_timeout=0)
+    assert WarmupConfig(compile_timeout=2).compile_timeout == 2

@@ -1,0 +1,40 @@
+"""A warmup of 40 slow keys on 2 threads, for the SIGINT test: ``python -m core._sigint_child OUT``.
+
+Each compile sleeps 0.4 s and appends a line to OUT when it *starts*, so the
+test counts how many compiles began after the signal.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import attrs
+
+import warmkit
+from warmkit._cli import main
+
+
+class SlowKernel(warmkit.JitKernel["SlowKernel.CompileKey"]):
+    name = "tests.SlowKernel"
+
+    @attrs.frozen
+    class CompileKey:
+        n: int
+
+    def dispatch(self, *, n: int):
+        return self.CompileKey(n)
+
+    def compile(self, key):
+        with open(sys.argv[1], "a") as f:
+            f.write(f"{time.monotonic()}\n")
+        time.sleep(0.4)
+        return object()
+
+
+if __name__ == "__main__":
+    reg = warmkit.WarmupRegistry()
+    reg.add(SlowKernel, n=warmkit.IntRange(0, 40))
+    manifest = reg.save(sys.argv[1] + ".json")
+    print("ready", flush=True)
+    sys.exit(main(["warmup", str(manifest), "-j", "2", "--json"]))
