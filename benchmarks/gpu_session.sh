@@ -2,7 +2,8 @@
 # Everything that needs the H200, in one call of the device tool (docs/benchmarks.md).
 #
 # Here, first:   .venv/bin/pip wheel -q --no-deps -w .whl . plugins/triton_backend plugins/blocktable
-#                (plus stevedore's wheel in .whl/, which the GPU machine lacks)
+#                (plus stevedore's wheel in .whl/, which the GPU machine lacks, and for B10's
+#                third-party autotuned kernel: pip download --no-deps -d .whl fla-core==0.6.0 einops)
 # Device calls:  bash benchmarks/gpu_session.sh            (carry: .whl) B4, B5, B8 and the GPU tests
 #                bash benchmarks/gpu_session.sh startup    (carry: .whl) B1-B3: ~7 min on the H200 host
 #
@@ -39,9 +40,11 @@ if [ "${1:-}" = startup ]; then
         --runs 5 --warm-runs 3 --no-contrast --out "$RES/b1_b3.json"
 else
     step b4_first_launch 120 python3 benchmarks/first_launch.py --runs 5 --out "$RES/b4.json"
+    step b10_autotune 420 python3 benchmarks/autotune.py --runs 5 --out "$RES/b10.json"
     step b5_launch 60 python3 benchmarks/launch_overhead.py --out "$RES/b5.json"
     step b8_demo 60 python3 examples/serve.py --steps 1000 --json "$RES/b8.json"
     step gpu_tests 120 python3 -m pytest -q -p no:cacheprovider -rs \
-        tests/triton_backend/test_gpu.py tests/blocktable/test_gpu.py
+        tests/triton_backend/test_gpu.py tests/blocktable/test_gpu.py \
+        tests/triton_backend/test_autotune.py
 fi
 echo "results: $OUT/gpu-results.tar.gz"

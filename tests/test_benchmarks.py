@@ -20,6 +20,7 @@ SCRIPTS = [
     "slot_mapping_throughput.py",
     "startup.py",
     "first_launch.py",
+    "autotune.py",
 ]
 #: not benchmarks: shared helpers and workloads (synthetic_kernels.py has its own check below)
 HELPERS = {"_common.py", "synthetic_kernels.py"}
