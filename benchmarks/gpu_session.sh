@@ -3,9 +3,11 @@
 #
 # Here, first:   .venv/bin/pip wheel -q --no-deps -w .whl . plugins/triton_backend plugins/blocktable
 #                (plus stevedore's wheel in .whl/, which the GPU machine lacks, and for B10's
-#                third-party autotuned kernel: pip download --no-deps -d .whl fla-core==0.6.0 einops)
+#                third-party autotuned kernel: pip download --no-deps -d .whl fla-core==0.6.0 einops,
+#                and for B9's raw kernels: pip download --no-deps -d .whl liger-kernel==0.8.5)
 # Device calls:  bash benchmarks/gpu_session.sh            (carry: .whl) B4, B5, B8 and the GPU tests
 #                bash benchmarks/gpu_session.sh startup    (carry: .whl) B1-B3: ~7 min on the H200 host
+#                bash benchmarks/gpu_session.sh record     (carry: .whl) B9 (record/replay) and its GPU test
 #
 # Writes every log and JSON into $OUT/gpu-results.tar.gz and prints a summary.
 set -uo pipefail
@@ -38,6 +40,11 @@ if [ "${1:-}" = startup ]; then
     # ~65 fresh processes, each importing torch: it needs a device call of its own.
     TAIL=45 step b1_b3_startup 570 python3 benchmarks/startup.py --jobs "${JOBS:-1,2,4,8}" \
         --runs 5 --warm-runs 3 --no-contrast --out "$RES/b1_b3.json"
+elif [ "${1:-}" = record ]; then
+    # B9: six fresh processes importing torch, plus a CUDA-hidden bundle build.
+    TAIL=30 step b9_record_replay 420 python3 benchmarks/record_replay.py --runs 5 --out "$RES/b9.json"
+    step record_gpu_test 150 python3 -m pytest -q -p no:cacheprovider -rs \
+        tests/triton_backend/test_record_gpu.py
 else
     step b4_first_launch 120 python3 benchmarks/first_launch.py --runs 5 --out "$RES/b4.json"
     step b10_autotune 420 python3 benchmarks/autotune.py --runs 5 --out "$RES/b10.json"

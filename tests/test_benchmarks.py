@@ -21,6 +21,7 @@ SCRIPTS = [
     "startup.py",
     "first_launch.py",
     "autotune.py",
+    "record_replay.py",
 ]
 #: not benchmarks: shared helpers and workloads (synthetic_kernels.py has its own check below)
 HELPERS = {"_common.py", "synthetic_kernels.py"}

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from . import monitor
+from . import metrics, monitor
 from ._backend import (
     Backend,
     BackendStatus,
@@ -18,8 +18,10 @@ from ._backend import (
     CanonicalTargets,
     Executor,
     MonitorHooks,
+    RecordReplay,
     ReportsCacheHit,
     ReportsTuning,
+    SpecializationMap,
     TunedResults,
     current_target,
 )
@@ -36,6 +38,14 @@ from ._exceptions import (
     WarmupError,
 )
 from ._kernel import JitKernel
+from ._record import (
+    RecordedEntry,
+    Recorder,
+    active_recorder,
+    read_recorded,
+    start_recording,
+    stop_recording,
+)
 from ._registry import (
     Registration,
     WarmupRegistry,
@@ -68,11 +78,15 @@ __all__ = [
     "MonitorHooks",
     "PluginFailure",
     "PluginLoadError",
+    "RecordReplay",
+    "RecordedEntry",
+    "Recorder",
     "Registration",
     "ReportEntry",
     "ReportsCacheHit",
     "ReportsTuning",
     "RuntimeCompileError",
+    "SpecializationMap",
     "TunedResults",
     "WarmkitError",
     "WarmupConfig",
@@ -82,13 +96,18 @@ __all__ = [
     "ZipGroup",
     "__version__",
     "activate",
+    "active_recorder",
     "active_registry",
     "build_bundle",
     "current_target",
     "default_registry",
     "inspect_bundle",
     "install_bundle",
+    "metrics",
     "monitor",
+    "read_recorded",
+    "start_recording",
+    "stop_recording",
     "warmup",
     "zip_inputs",
 ]

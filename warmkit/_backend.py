@@ -34,8 +34,10 @@ __all__ = [
     "CuteDSLStubBackend",
     "Executor",
     "MonitorHooks",
+    "RecordReplay",
     "ReportsCacheHit",
     "ReportsTuning",
+    "SpecializationMap",
     "TileLangStubBackend",
     "TunedResults",
     "current_target",
@@ -211,6 +213,29 @@ class TunedResults(Protocol):
 
     def tuned_results(self, directory: str | os.PathLike[str]) -> list[dict[str, Any]]:
         """One dict per tuned result: kernel, autotune key, GPU model, winner, timings."""
+        ...
+
+
+@runtime_checkable
+class RecordReplay(Protocol):
+    """Optional: replays a manifest's ``"raw"`` recorded entries (``docs/record.md``)."""
+
+    def recorded_kernel(self, entry: Any) -> tuple[Any, Any]:
+        """``(kernel instance, key)`` that warm ``entry`` through the usual warmup path.
+
+        Import nothing here: a stale entry must fail as its own key, at compile time.
+        """
+        ...
+
+
+@runtime_checkable
+class SpecializationMap(Protocol):
+    """Optional: maps declared keys to the specializations they compile (``warmkit coverage``)."""
+
+    def specializations(
+        self, kernel: Any, keys: list[Any], target: str | None
+    ) -> list[tuple[str, dict[str, Any]]]:
+        """``(function import path, {"args", "options"})`` per key, in recorded-entry form, no compile."""
         ...
 
 

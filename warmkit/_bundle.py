@@ -56,6 +56,7 @@ from . import _envs, _signing
 from ._backend import BundleCapable, CanonicalTargets, TunedResults, entry_check, missing_members
 from ._exceptions import BundleError
 from ._integrity import identity, iter_entries, sha256_file, verify_entry, write_record
+from ._record import resolve_recorded
 
 __all__ = ["BundleInstall", "build_bundle", "inspect_bundle", "install_bundle"]
 
@@ -117,6 +118,9 @@ def build_bundle(
     # The registrations name the kernels and backends; the keys come from the warmup's
     # own report, so the (possibly large) space is expanded only once.
     classes = {reg.kernel: reg.kernel_cls for reg in registry}
+    for item in resolve_recorded(registry.recorded()):
+        if item.kernel is not None:  # the others fail (or are skipped) in the warmup below
+            classes.setdefault(type(item.kernel).name, type(item.kernel))
     backends: dict[str, Any] = {}
     for name, cls in classes.items():
         b = cls.backend

@@ -12,6 +12,8 @@ Exit codes (also in ``warmkit --help``):
   that cannot be loaded;
 * 130: interrupted (SIGINT / Ctrl-C): queued compiles are cancelled at once,
   and the report so far is printed, marked cancelled.
+* 1 also: ``warmkit coverage`` found specializations the manifest misses;
+  ``warmkit record``/``warmkit run`` return the command's own exit code;
 
 An error prints one line; ``-v`` adds the traceback and full compiler logs.
 """
@@ -167,6 +169,24 @@ def _parser() -> argparse.ArgumentParser:
         help="also move each bad entry into <cache>/.warmkit-quarantine/ (it is then recompiled)",
     )
     c.add_argument("--json", action="store_true", help=_JSON)
+
+    s = sub.add_parser("record", help="run a command, recording every runtime JIT compile")
+    s.add_argument("-o", "--output", required=True, help="the manifest to record into ({rank} ok)")
+    s.add_argument("--monitor", choices=("warn", "error"), help="monitor mode in the command")
+    s.add_argument("--json", action="store_true", help="print the summary as JSON")
+    s.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
+
+    s = sub.add_parser("run", help="run a command warmed up from a manifest, monitor armed")
+    s.add_argument("-m", "--manifest", required=True)
+    s.add_argument("--monitor", choices=("off", "warn", "error"), help="monitor mode afterwards")
+    s.add_argument("--record", help="also record runtime compiles into this manifest")
+    s.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
+
+    s = sub.add_parser("coverage", help="check that a manifest covers what a run compiled")
+    s.add_argument("manifest")
+    s.add_argument("--recorded", required=True, help="the manifest `warmkit record` wrote")
+    s.add_argument("--target", help="target to specialize declared keys for (default cuda:90)")
+    s.add_argument("--json", action="store_true")
     return p
 
 
@@ -239,6 +259,7 @@ def _cmd_list(args: argparse.Namespace) -> int:
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
+    from ._record import resolve_recorded
     from ._registry import WarmupRegistry
 
     registry = WarmupRegistry.load(args.manifest)
@@ -246,16 +267,31 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     if target is not None:
         from ._warmup import check_target
 
-        check_target(target, sorted({r.kernel_cls.backend for r in registry} - {None}))
-    plan = registry.plan()
+        backends = {r.kernel_cls.backend for r in registry} | {
+            e.backend for e in registry.recorded()
+        }
+        check_target(target, sorted(backends - {None}))
+    plan = {name: [repr(k) for k in keys] for name, keys in registry.plan().items()}
+    recorded: dict[str, list[str]] = {}
+    for item in resolve_recorded(registry.recorded()):
+        e = item.entry
+        if item.kernel is not None:
+            line = repr(item.key)
+        elif item.error is not None:
+            line = f"CANNOT PLAN ({type(item.error).__name__}: {item.error}) {e.id}"
+        else:
+            line = f"NOT REPLAYABLE ({e.reason}) {e.id}"
+        recorded.setdefault(e.name, []).append(line)
     if args.json:
-        print(json.dumps({k: [repr(key) for key in keys] for k, keys in plan.items()}, indent=2))
+        print(json.dumps(plan | {"recorded": recorded} if recorded else plan, indent=2))
         return EXIT_OK
-    for name, keys in plan.items():
-        print(f"{name}: {len(keys)} key(s)")
-        for key in keys:
-            print(f"  {key!r}")
-    print(f"total: {sum(map(len, plan.values()))} key(s) in {len(plan)} kernel(s)")
+    for title, section in (("", plan), (" [recorded]", recorded)):
+        for name, keys in section.items():
+            print(f"{name}{title}: {len(keys)} key(s)")
+            for key in keys:
+                print(f"  {key}")
+    n = sum(map(len, plan.values())) + sum(map(len, recorded.values()))
+    print(f"total: {n} key(s) in {len(plan) + len(recorded)} kernel(s)")
     return EXIT_OK
 
 
@@ -447,6 +483,104 @@ def _cmd_cache(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _command(args: argparse.Namespace) -> list[str]:
+    cmd = list(args.cmd)
+    if cmd and cmd[0] == "--":
+        cmd = cmd[1:]
+    if not cmd:
+        raise ValueError(
+            f"warmkit {args.command}: give the command after --, e.g. -- python serve.py"
+        )
+    return cmd
+
+
+def _run_child(cmd: list[str], env: dict[str, str]) -> int:
+    import subprocess
+
+    from ._startup import hook_dir, hook_environment
+
+    with hook_dir() as tmp:
+        try:
+            return subprocess.run(cmd, env=hook_environment(env, tmp), check=False).returncode
+        except FileNotFoundError as exc:
+            raise FileNotFoundError(f"cannot run {cmd[0]!r}: {exc.strerror}") from exc
+
+
+def _cmd_record(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from ._record import expand_path, read_recorded
+
+    cmd = _command(args)
+    out = Path(args.output).absolute()
+    env = dict(os.environ, WARMKIT_RECORD=str(out))
+    env.pop("WARMKIT_MANIFEST", None)
+    if args.monitor:
+        env["WARMKIT_MONITOR"] = args.monitor
+    before = set()
+    plain = expand_path(out, 0) if "{rank}" in str(out) else out
+    if "{rank}" not in str(out) and plain.exists():
+        before = {e.id for e in read_recorded(plain)}
+    rc = _run_child(cmd, env)
+    paths = (
+        sorted(out.parent.glob(out.name.replace("{rank}", "*"))) if "{rank}" in out.name else [out]
+    )
+    entries = {}
+    for path in paths:
+        if path.exists():
+            for e in read_recorded(path):
+                entries.setdefault(e.id, e)
+    kernels = sorted({e.name for e in entries.values()})
+    bad = [e for e in entries.values() if not e.replayable]
+    summary = {
+        "output": [str(p) for p in paths],
+        "exit_code": rc,
+        "kernels": len(kernels),
+        "specializations": len(entries),
+        "new": len(set(entries) - before),
+        "unreplayable": [{"kernel": e.name, "reason": e.reason} for e in bad],
+    }
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    else:
+        print(
+            f"recorded {summary['specializations']} specialization(s) of {len(kernels)} "
+            f"kernel(s) ({summary['new']} new) into {', '.join(summary['output']) or out}"
+        )
+        for name in kernels:
+            n = sum(1 for e in entries.values() if e.name == name)
+            print(f"  {name}: {n}")
+        for e in bad:
+            print(f"  CANNOT REPLAY {e.name}: {e.reason}")
+    return rc
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    cmd = _command(args)
+    manifest = Path(args.manifest)
+    if not manifest.is_file():
+        raise FileNotFoundError(f"manifest {args.manifest!r} does not exist")
+    env = dict(os.environ, WARMKIT_MANIFEST=str(manifest.absolute()))
+    if args.monitor:
+        env["WARMKIT_MONITOR"] = args.monitor
+    if args.record:
+        env["WARMKIT_RECORD"] = str(Path(args.record).absolute())
+    return _run_child(cmd, env)
+
+
+def _cmd_coverage(args: argparse.Namespace) -> int:
+    from ._coverage import coverage
+    from ._record import read_recorded
+    from ._registry import WarmupRegistry
+
+    registry = WarmupRegistry.load(args.manifest)
+    report = coverage(registry, read_recorded(args.recorded), target=args.target)
+    print(json.dumps(report.to_dict(), indent=2) if args.json else report.text())
+    return EXIT_OK if report.ok else EXIT_FAILED
+
+
 def _envs_target() -> str | None:
     from . import _envs
 
@@ -479,6 +613,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "warmup": _cmd_warmup,
         "bundle": _cmd_bundle,
         "cache": _cmd_cache,
+        "record": _cmd_record,
+        "run": _cmd_run,
+        "coverage": _cmd_coverage,
     }
     if args.command is None:
         parser.print_help(sys.stderr)

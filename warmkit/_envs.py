@@ -130,6 +130,14 @@ ENVIRONMENT: dict[str, EnvVar] = {
         _names,
         "Comma-separated Ed25519 public key files; a bundle must be signed by one of them.",
     ),
+    # Record every runtime JIT event after warmup into this manifest ({rank} allowed).
+    "WARMKIT_RECORD": EnvVar(
+        None, _opt_str, "WarmupConfig.record: manifest path for runtime compiles ({rank} allowed)."
+    ),
+    # Set by `warmkit run -m MANIFEST` for its child: warmed by the startup hook first.
+    "WARMKIT_MANIFEST": EnvVar(
+        None, _opt_str, "Manifest that warmkit run's startup hook warms before the command runs."
+    ),
     # Budget for one search-space expansion, checked before any work.
     "WARMKIT_MAX_POINTS": EnvVar(
         1_000_000, _pos_int, "Default JitKernel.max_points: the largest space expanded."

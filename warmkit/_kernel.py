@@ -28,6 +28,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 from . import _envs, monitor
 from ._backend import ReportsTuning, current_target, target_scope
 from ._exceptions import KernelDefinitionError
+from ._record import active_recorder, key_entry
 from ._space import DispatchInfo, expand
 
 __all__ = ["JitKernel"]
@@ -149,6 +150,9 @@ class JitKernel(Generic[K]):
         except AttributeError:
             self._concrete()
         cls = type(self)
+        recorder = active_recorder()
+        if recorder is not None and monitor.mode() != "off":
+            recorder.add_safely(lambda: key_entry(cls, key, current_target()))
         monitor.on_miss(kernel=cls.name, key=key, backend=cls.backend, context=runtime_context)
         t0 = time.perf_counter()
         executor, cached = self._warmkit_compile(key, None, runtime_context)

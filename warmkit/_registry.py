@@ -24,14 +24,19 @@ from typing import Any, TypeVar
 import attrs
 
 from ._exceptions import ManifestError, PluginLoadError
+from ._record import (
+    MANIFEST_FORMAT,
+    MANIFEST_VERSION,
+    RecordedEntry,
+    parse_recorded,
+    read_manifest_data,
+    write_atomic,
+)
 from ._space import Choices, IntRange, ZipGroup
 
 __all__ = ["Registration", "WarmupRegistry", "activate", "active_registry", "default_registry"]
 
 logger = logging.getLogger(__name__)
-
-MANIFEST_FORMAT = "warmkit.manifest"
-MANIFEST_VERSION = 1
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -81,6 +86,7 @@ class WarmupRegistry:
         self._lock = threading.Lock()
         self._regs: dict[tuple[Any, ...], Registration] = {}
         self._classes: dict[str, type] = {}
+        self._recorded: dict[str, RecordedEntry] = {}
 
     # -- scope -------------------------------------------------------------------
 
@@ -150,6 +156,19 @@ class WarmupRegistry:
             self._regs[ident] = Registration(cls.name, cls, tuple(zip_groups), dict(space), ref)
         return True
 
+    def add_recorded(self, entry: RecordedEntry) -> bool:
+        """Add one recorded entry (``docs/record.md``); returns False if it was already there."""
+        with self._lock:
+            if entry.id in self._recorded:
+                return False
+            self._recorded[entry.id] = entry
+        return True
+
+    def recorded(self) -> list[RecordedEntry]:
+        """The recorded entries, in the order they were added."""
+        with self._lock:
+            return list(self._recorded.values())
+
     def __len__(self) -> int:
         return len(self._regs)
 
@@ -162,6 +181,7 @@ class WarmupRegistry:
         with self._lock:
             self._regs.clear()
             self._classes.clear()
+            self._recorded.clear()
 
     def plan(self) -> dict[str, list[Any]]:
         """Each kernel's ordered, unique keys, deduplicated across registrations and instances."""
@@ -208,21 +228,23 @@ class WarmupRegistry:
                     "space": {k: _encode_axis(v) for k, v in reg.space.items()},
                 }
             )
-        return {
+        out: dict[str, Any] = {
             "format": MANIFEST_FORMAT,
             "version": MANIFEST_VERSION,
             "warmkit_version": __version__,
             "registrations": regs,
         }
+        recorded = self.recorded()
+        if recorded:
+            out["recorded"] = [e.to_dict() for e in recorded]
+        return out
 
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write the versioned JSON manifest atomically; returns the path."""
         path = Path(path)
         data = json.dumps(self.to_dict(), indent=2, allow_nan=False)
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(data + "\n", encoding="utf-8")
-        os.replace(tmp, path)
+        write_atomic(path, data + "\n")
         return path
 
     @classmethod
@@ -251,6 +273,8 @@ class WarmupRegistry:
         if not isinstance(regs, list):
             raise ManifestError("'registrations' must be a list", path=path)
         registry = cls()
+        for entry in parse_recorded(data, path=path):
+            registry.add_recorded(entry)
         for i, entry in enumerate(regs):
             try:
                 ref = entry["kernel"]
@@ -276,16 +300,13 @@ class WarmupRegistry:
     def load(cls, path: str | os.PathLike[str]) -> WarmupRegistry:
         """Read a manifest written by ``save``.
 
+        Its ``recorded`` entries (``docs/record.md``) are read beside the
+        declared registrations.
+
         Raises:
             ManifestError: unreadable, malformed, or naming an unresolvable kernel.
         """
-        try:
-            data = json.loads(Path(path).read_text(encoding="utf-8"))
-        except OSError as exc:
-            raise ManifestError(f"cannot read manifest: {exc.strerror or exc}", path=path) from exc
-        except json.JSONDecodeError as exc:
-            raise ManifestError(f"invalid JSON: {exc}", path=path) from exc
-        return cls.from_dict(data, path=path)
+        return cls.from_dict(read_manifest_data(path), path=path)
 
 
 _default = WarmupRegistry()

@@ -18,9 +18,10 @@ from typing import Any
 
 import attrs
 
-from . import _envs, monitor
+from . import _envs, metrics, monitor
 from ._backend import CanonicalTargets, ReportsCacheHit, ReportsTuning
 from ._exceptions import BackendUnavailableError, WarmupError
+from ._record import resolve_recorded, start_recording
 from ._runner import CANCELLED, NOT_ATTEMPTED, run
 
 __all__ = ["ReportEntry", "WarmupConfig", "WarmupReport", "warmup"]
@@ -29,6 +30,7 @@ logger = logging.getLogger(__name__)
 
 STATUSES = ("compiled", "cached", "failed", "skipped")
 _NOT_ATTEMPTED = NOT_ATTEMPTED
+_NOT_REPLAYABLE = "not replayable: "
 
 
 def _in(*choices: str) -> Callable[[Any, Any, Any], None]:
@@ -83,6 +85,9 @@ class WarmupConfig:
         compile_timeout: seconds one key's compile may take; a longer one is a
             failed key (``TimeoutError``) and its thread is abandoned
             (``docs/reliability.md``). None = unbounded.
+        record: after warmup, record every runtime JIT event into this
+            manifest (``{rank}`` allowed; ``docs/record.md``); needs the
+            monitor in ``"warn"`` or ``"error"`` mode.
     """
 
     enabled: bool = attrs.field(default=True, validator=attrs.validators.instance_of(bool))
@@ -96,6 +101,16 @@ class WarmupConfig:
         default=None, converter=lambda v: None if v is None else str(v)
     )
     compile_timeout: float | None = attrs.field(default=None, validator=_timeout)
+    record: str | None = attrs.field(
+        default=None, converter=lambda v: None if v is None else os.fspath(v)
+    )
+
+    def __attrs_post_init__(self) -> None:
+        if self.record is not None and self.monitor == "off":
+            raise ValueError(
+                f"WarmupConfig.record={self.record!r} needs the monitor: recording sees what it "
+                "sees; set monitor='warn' (record and compile) or 'error' (record, then raise)"
+            )
 
     @classmethod
     def from_env(cls, **overrides: Any) -> WarmupConfig:
@@ -114,6 +129,7 @@ class WarmupConfig:
             "backends": _envs.get("WARMKIT_BACKENDS"),
             "bundle": _envs.get("WARMKIT_BUNDLE"),
             "compile_timeout": _envs.get("WARMKIT_COMPILE_TIMEOUT"),
+            "record": _envs.get("WARMKIT_RECORD"),
         }
         values.update(overrides)
         return cls(**values)
@@ -137,6 +153,8 @@ class ReportEntry:
             ``"single"`` (one config survived), ``"known-winners"`` (ahead of
             time: only known winners compiled) or ``"needs-device"`` (ahead of
             time: every config compiled, a GPU host still has to benchmark).
+        kind: ``"declared"`` (from a registration) or ``"recorded"`` (a
+            manifest's recorded entry, ``docs/record.md``).
     """
 
     kernel: str
@@ -147,9 +165,11 @@ class ReportEntry:
     error: str | None = None
     exception: BaseException | None = attrs.field(default=None, eq=False, repr=False)
     tuning: str | None = None
+    kind: str = "declared"
 
     def to_dict(self) -> dict[str, Any]:
         return {
+            "kind": self.kind,
             "kernel": self.kernel,
             "backend": self.backend,
             "key": repr(self.key),
@@ -241,7 +261,8 @@ class WarmupReport:
             return "warmup disabled (WARMKIT_ENABLED=0 or WarmupConfig(enabled=False))"
         rows: dict[tuple[str, str], dict[str, float]] = {}
         for e in self.entries:
-            r = rows.setdefault((e.kernel, e.backend or "-"), dict.fromkeys((*STATUSES, "s"), 0.0))
+            label = e.kernel if e.kind == "declared" else f"{e.kernel} [{e.kind}]"
+            r = rows.setdefault((label, e.backend or "-"), dict.fromkeys((*STATUSES, "s"), 0.0))
             r[e.status] += 1
             r["s"] += e.seconds
         head = ("kernel", "backend", "keys", *STATUSES, "seconds")
@@ -278,6 +299,9 @@ class WarmupReport:
         )
         if self.cancelled:
             lines.append("CANCELLED (SIGINT): keys not compiled are listed as skipped")
+        for e in self.entries:
+            if e.kind == "recorded" and e.status == "skipped":
+                lines.append(f"SKIPPED {e.kernel} (recorded): {e.error}")
         return "\n".join(lines)
 
     def __str__(self) -> str:
@@ -323,11 +347,12 @@ def warmup(config: WarmupConfig | None = None, registry: Any = None) -> WarmupRe
     t_start = time.perf_counter()
     # Plan first: a registration that cannot be planned fails before anything is installed.
     plan = registry.resolve()
+    recorded = resolve_recorded(registry.recorded())
     if config.bundle is not None:
         from ._bundle import install_bundle
 
         install_bundle(config.bundle, target=config.target)
-    n_keys = sum(len(keys) for _, keys in plan.values())
+    n_keys = sum(len(keys) for _, keys in plan.values()) + len(recorded)
     jobs = config.jobs or os.cpu_count() or 1
     logger.info(
         "warmkit warmup: %d kernel(s), %d key(s), target %s, up to %d job(s)",
@@ -349,11 +374,59 @@ def warmup(config: WarmupConfig | None = None, registry: Any = None) -> WarmupRe
             )
             continue
         groups.setdefault(b, []).extend((kernel, k) for k in keys)
+    planned = {(name, k) for name, (_, keys) in plan.items() for k in keys}
+    recorded_keys: set[tuple[str, Any]] = set()
+    for item in recorded:
+        entry = item.entry
+        if not entry.replayable:
+            entries.append(
+                ReportEntry(
+                    entry.name,
+                    entry.backend,
+                    entry.id,
+                    "skipped",
+                    error=f"{_NOT_REPLAYABLE}{entry.reason}",
+                    kind="recorded",
+                )
+            )
+            continue
+        if item.error is not None:
+            entries.append(
+                ReportEntry(
+                    entry.name,
+                    entry.backend,
+                    entry.id,
+                    "failed",
+                    error=f"recorded entry cannot be planned: {_describe(item.error)}",
+                    exception=item.error,
+                    kind="recorded",
+                )
+            )
+            continue
+        name, b = type(item.kernel).name, type(item.kernel).backend
+        if (name, item.key) in planned or (name, item.key) in recorded_keys:
+            continue  # a declared key, or a duplicate: compiled once, reported once
+        if config.backends is not None and b not in config.backends:
+            entries.append(
+                ReportEntry(
+                    name,
+                    b,
+                    item.key,
+                    "skipped",
+                    error=f"backend {b!r} not in the backends allow-list",
+                    kind="recorded",
+                )
+            )
+            continue
+        recorded_keys.add((name, item.key))
+        groups.setdefault(b, []).append((item.kernel, item.key))
 
     check_target(config.target, [b for b in groups if b is not None])
 
-    loop = _Run(config, n_keys, jobs, t_start)
+    loop = _Run(config, n_keys, jobs, t_start, recorded_keys)
     interrupted: KeyboardInterrupt | None = None
+    if config.on_error == "raise" and any(e.status == "failed" for e in entries):
+        loop.aborted = True
     try:
         for backend_name, items in groups.items():
             loop.backend_group(backend_name, items)
@@ -371,13 +444,18 @@ def warmup(config: WarmupConfig | None = None, registry: Any = None) -> WarmupRe
     # Deterministic report order: plan order.
     order = {
         (name, k): i
-        for i, (name, k) in enumerate((n, k) for n, (_, ks) in plan.items() for k in ks)
+        for i, (name, k) in enumerate(
+            [(n, k) for n, (_, ks) in plan.items() for k in ks]
+            + [(type(it.kernel).name, it.key) for it in recorded if it.kernel is not None]
+        )
     }
     entries.sort(key=lambda e: order.get((e.kernel, e.key), 0))
 
     elapsed = time.perf_counter() - t_start
     failures = [e for e in entries if e.status == "failed"]
-    filtered_out = bool(entries) and all(e.status == "skipped" for e in entries)
+    # Unreplayable recorded entries are skipped whatever the allow-list says.
+    considered = [e for e in entries if not (e.error or "").startswith(_NOT_REPLAYABLE)]
+    filtered_out = bool(considered) and all(e.status == "skipped" for e in considered)
     report = WarmupReport(
         enabled=True,
         entries=tuple(entries),
@@ -387,6 +465,7 @@ def warmup(config: WarmupConfig | None = None, registry: Any = None) -> WarmupRe
         monitor="off" if failures or filtered_out or interrupted else config.monitor,
         cancelled=interrupted is not None,
     )
+    metrics.observe_report(report)
     if interrupted is not None:
         logger.warning(
             "warmkit warmup cancelled (SIGINT) after %.2fs: %d key(s) ready, %d failed, %d not "
@@ -442,6 +521,8 @@ def warmup(config: WarmupConfig | None = None, registry: Any = None) -> WarmupRe
         report.count("cached"),
         report.count("skipped"),
     )
+    if config.record is not None:
+        start_recording(config.record)
     monitor.arm(config.monitor)
     return report
 
@@ -449,8 +530,16 @@ def warmup(config: WarmupConfig | None = None, registry: Any = None) -> WarmupRe
 class _Run:
     """One warmup's compile loop: parallel per backend, fail-fast or collect, with progress."""
 
-    def __init__(self, config: WarmupConfig, total: int, jobs: int, t_start: float) -> None:
+    def __init__(
+        self,
+        config: WarmupConfig,
+        total: int,
+        jobs: int,
+        t_start: float,
+        recorded: set[tuple[str, Any]] = frozenset(),  # type: ignore[assignment]
+    ) -> None:
         self.config = config
+        self.recorded = recorded
         self.jobs = jobs
         self.entries: list[ReportEntry] = []
         self.aborted = False
@@ -470,6 +559,8 @@ class _Run:
             logger.debug("kernel %s: %.3fs", name, secs)
 
     def _add(self, entry: ReportEntry) -> None:
+        if (entry.kernel, entry.key) in self.recorded:
+            entry = attrs.evolve(entry, kind="recorded")
         with self._lock:
             self.entries.append(entry)
             self._per_kernel[entry.kernel] = self._per_kernel.get(entry.kernel, 0.0) + entry.seconds

@@ -31,7 +31,7 @@ from typing import Any
 
 import attrs
 
-from . import _plugins
+from . import _plugins, metrics
 from ._backend import MonitorHooks
 from ._exceptions import RuntimeCompileError
 
@@ -214,6 +214,7 @@ def on_miss(
     if current == "error":
         with _lock:
             _events.append(MonitorEvent(kernel, key, backend, context, 0.0, "refused", current))
+        metrics.observe_event(kernel, backend, "refused")
         raise RuntimeCompileError(kernel, key, backend, context, kind=kind)
     try:
         ident: tuple[str, Any] = (kernel, key)
@@ -254,6 +255,7 @@ def record(
     event = MonitorEvent(kernel, key, backend, context, seconds, kind, current, _allow.get())
     with _lock:
         _events.append(event)
+    metrics.observe_event(kernel, backend, kind)
     return event
 
 

@@ -40,6 +40,8 @@ VALID = {
     "WARMKIT_PLUGINS": [("triton,blocktable.slot_mapping", ("blocktable.slot_mapping", "triton"))],
     "WARMKIT_MAX_POINTS": [("10", 10), ("1_000_000", 1_000_000)],
     "WARMKIT_RANK": [("0", 0), ("3", 3), (" 7 ", 7)],
+    "WARMKIT_RECORD": [("run-{rank}.json", "run-{rank}.json"), ("", None)],
+    "WARMKIT_MANIFEST": [(" m.json ", "m.json"), ("", None)],
 }
 
 INVALID = {
@@ -108,6 +110,7 @@ def test_from_env_reads_every_field(monkeypatch):
         "WARMKIT_BACKENDS": "triton,fake",
         "WARMKIT_BUNDLE": "kernels.wkb",
         "WARMKIT_COMPILE_TIMEOUT": "12.5",
+        "WARMKIT_RECORD": "run-{rank}.json",
     }
     assert set(env) == set(FIELD_VARS.values())
     for k, v in env.items():
@@ -122,8 +125,9 @@ def test_from_env_reads_every_field(monkeypatch):
         backends=("fake", "triton"),
         bundle="kernels.wkb",
         compile_timeout=12.5,
+        record="run-{rank}.json",
     )
-    assert WarmupConfig.from_env(jobs=None, monitor="off").jobs is None
+    assert WarmupConfig.from_env(jobs=None, monitor="off", record=None).jobs is None
 
 
 def test_from_env_without_variables_is_the_default_config():

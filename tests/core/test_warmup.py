@@ -494,6 +494,7 @@ def test_report_to_dict_to_json_and_table():
     assert d["enabled"] is True and d["jobs"] == 1 and d["target"] is None
     assert d["totals"] == {"compiled": 3, "cached": 0, "failed": 1, "skipped": 0, "keys": 4}
     assert d["entries"][1] == {
+        "kind": "declared",
         "kernel": PyKernel.name,
         "backend": None,
         "key": repr(P(2, False)),

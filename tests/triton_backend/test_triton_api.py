@@ -382,6 +382,9 @@ def check_cache_hook() -> None:
     assert event.options["num_warps"] == 2
     assert ((4,), 128) in event.constants.items() or 128 in event.constants.values()
     assert isinstance(event.attrs, dict) and event.attrs
+    # the in-memory key: str(specialization) + str(launch kwargs), launch options first, in order
+    assert isinstance(event.key, str) and event.key.startswith("[(")
+    assert "]{'num_warps': 2, 'debug': " in event.key
     # a truthy return skips the compile: warmup returns None
     api.set_jit_cache_hook(lambda **kw: True)
     try:
@@ -392,6 +395,35 @@ def check_cache_hook() -> None:
     finally:
         api.set_jit_cache_hook(saved)
         api.drop_device(add_kernel, device)
+
+
+@canary("unwrap_constexpr", "dtype_name", "dtype_from_name")
+def check_language_values() -> None:
+    import triton.language as tl
+
+    assert api.unwrap_constexpr(tl.constexpr(8)) == (True, 8)
+    assert api.unwrap_constexpr(8) == (False, 8)
+    for dt in (tl.float16, tl.bfloat16, tl.float32, tl.int1, tl.uint8, tl.float8e4nv):
+        name = api.dtype_name(dt)
+        assert name is not None and api.dtype_from_name(name) == dt, dt
+    assert api.dtype_name(tl.pointer_type(tl.float16)) is None
+    assert api.dtype_name("fp16") is None
+
+
+@canary("jit_param_flags", "source_identity")
+def check_jit_identity() -> None:
+    from ._kernels import flags_kernel
+
+    params = api.jit_param_flags(add_kernel)
+    assert [p.name for p in params] == ["x", "y", "out", "n", "BLOCK"]
+    assert [p.is_constexpr for p in params] == [False] * 4 + [True]
+    flags = {p.name: p for p in api.jit_param_flags(flags_kernel)}
+    assert flags["b"].do_not_specialize and not flags["b"].do_not_specialize_on_alignment
+    assert flags["c"].do_not_specialize_on_alignment and not flags["a"].do_not_specialize
+    text, source = api.source_identity(add_kernel)
+    assert text == hashlib.sha256(add_kernel.src.encode()).hexdigest()
+    assert source == add_kernel.cache_key and len(source) == 64
+    assert api.source_identity(flags_kernel)[1] != source
 
 
 @canary("get_compilation_listener", "set_compilation_listener", "compile_event")

@@ -527,6 +527,30 @@ class TritonBackend:
             )
         return out
 
+    # -- recorded kernels ---------------------------------------------------------------------------
+
+    def recorded_kernel(self, entry: Any) -> tuple[Any, Any]:
+        """The kernel and key that replay a recorded raw ``@triton.jit`` entry (``docs/record.md``).
+
+        Nothing is imported here: the function is imported, and its source
+        checked, when the key compiles, so a stale entry fails alone.
+        """
+        from ._record import recorded_kernel
+
+        return recorded_kernel(entry)
+
+    def specializations(
+        self, kernel: Any, keys: list[Any], target: str | None
+    ) -> list[tuple[str, dict[str, Any]]]:
+        """Map a declared kernel's keys to the Triton specializations they compile, without compiling.
+
+        Used by ``warmkit coverage``; no GPU needed (see ``_record.declared_specializations``).
+        """
+        require_triton()
+        from ._record import declared_specializations
+
+        return declared_specializations(kernel, keys, target)
+
     # -- runtime monitor ---------------------------------------------------------------------------
 
     def install_monitor(self) -> None:

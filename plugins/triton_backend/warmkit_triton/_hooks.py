@@ -82,6 +82,14 @@ def _monitor() -> Any:
     return monitor
 
 
+def _recorder() -> Any:
+    try:
+        from warmkit import active_recorder
+    except ImportError:  # a core without recording
+        return None
+    return active_recorder()
+
+
 def _is_managed() -> bool:
     if _managed.get():
         return True
@@ -195,6 +203,12 @@ def _on_cache_miss(kw: dict[str, Any]) -> None:
     jit_fn = event.jit_fn
     spec = describe_specialization(event.signature, event.constants, event.attrs, event.options)
     kernel = _kernel_name(jit_fn) if jit_fn is not None else event.name
+    recorder = _recorder()
+    if recorder is not None:
+        # Before on_miss: in "error" mode the event is recorded, then raised.
+        from ._record import entry_from_event
+
+        recorder.add_safely(lambda: entry_from_event(event))
     # In "error" mode this raises RuntimeCompileError, before Triton compiles anything.
     _monitor().on_miss(kernel=kernel, key=spec, backend=BACKEND, context=None)
     with _lock:

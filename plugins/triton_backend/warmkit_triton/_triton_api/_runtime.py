@@ -471,6 +471,7 @@ class MissEvent(NamedTuple):
     constants: Mapping[Any, Any]
     attrs: Mapping[Any, Any]
     options: dict[str, Any]  # num_warps, num_stages, num_ctas
+    key: Any = None  # the in-memory cache key: str(specialization) + str(launch options)
 
 
 def miss_event(kw: Mapping[str, Any]) -> MissEvent:
@@ -478,7 +479,8 @@ def miss_event(kw: Mapping[str, Any]) -> MissEvent:
 
     ``fn`` is a ``JitFunctionInfo`` (``module``, ``name``, ``jit_function``);
     ``compile`` a dict with ``signature``, ``constants``, ``configs`` (one
-    attrs dict) and the options. Checked: 3.6.0, 3.9.0.
+    attrs dict) and the options; ``key`` the in-memory cache key, a string
+    ``str(specialization) + str(launch kwargs)``. Checked: 3.6.0, 3.9.0.
     """
     info = kw.get("fn")
     comp = kw.get("compile") or {}
@@ -490,6 +492,7 @@ def miss_event(kw: Mapping[str, Any]) -> MissEvent:
         constants=comp.get("constants", {}),
         attrs=configs[0],
         options={k: comp.get(k) for k in ("num_warps", "num_stages", "num_ctas")},
+        key=kw.get("key"),
     )
 
 

@@ -1,0 +1,529 @@
+"""Recording raw ``@triton.jit`` specializations at runtime, and replaying them at the next start.
+
+**Recording.** Triton's ``jit_cache_hook`` sees every in-memory miss of every
+JIT function, wrapped by warmkit or not. :func:`entry_from_hook` turns one
+miss into a :class:`warmkit.RecordedEntry` whose ``spec`` says, per parameter:
+
+* a pointer: ``{"kind": "pointer", "dtype": "fp16", "aligned": true}``;
+* an int: ``{"kind": "int", "class": "i32", "div16": true}``, or
+  ``{"kind": "int", "class": "one"}`` (Triton makes a 1 a compile-time constant);
+* a float or bool: its Triton type; ``None``: ``{"kind": "none"}``;
+* a constexpr: its value, encoded losslessly (numbers, bools, strings,
+  ``None``, tuples, ``tl.dtype``\\ s, ``@triton.jit`` functions by import path);
+
+plus the launch options in call order (they shape Triton's in-memory cache
+key), the target, the Triton version, Triton's own in-memory cache key and
+the function's source hash. Whatever cannot be rebuilt in another process (a
+function in ``__main__`` or a closure, a tensor-descriptor argument, a
+constexpr object with no lossless encoding) is recorded with the reason.
+
+**Replay.** :func:`recorded_kernel` gives, per recorded function, a
+``TritonKernel`` whose key is the recorded spec: its ``warmup_args`` builds
+``WarmupTensor``\\ s of the recorded dtype and alignment and one
+representative per int class, so the whole warmup machinery (device compile
+plus module load plus launcher, or ahead of time for a target, parallel,
+bundles) applies unchanged. The function is imported at compile time: a module
+that no longer imports, or a source that changed, fails that entry only. After
+the compile, the recorded Triton cache key must be in the function's in-memory
+cache (same Triton version), so a replay that would not make the next launch a
+hit is an error, never a silent success.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import json
+import logging
+import math
+import sys
+import threading
+import types
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
+
+import attrs
+
+from . import _triton_api as api
+from ._kernel import TritonKernel
+from ._specialize import _rep_of_class
+from ._tensor import WarmupTensor
+
+__all__ = [
+    "RecordedTritonKernel",
+    "decode_value",
+    "describe_spec",
+    "encode_value",
+    "entry_from_event",
+    "recorded_kernel",
+    "spec_from_call",
+]
+
+logger = logging.getLogger(__name__)
+
+BACKEND = "triton"
+
+# Keys JITFunction.run adds to the launch kwargs itself; they end the in-memory key.
+_RUN_ADDED = ("debug", "instrumentation_mode", "fpsan_homomorphic_casts")
+
+
+class UnreplayableError(ValueError):
+    """Raised while describing a specialization that another process cannot rebuild."""
+
+
+# -- values -----------------------------------------------------------------------------------
+
+
+def encode_value(value: Any) -> Any:
+    """A constexpr or launch-option value as JSON data; ``decode_value`` inverts it exactly.
+
+    Raises:
+        UnreplayableError: a value with no lossless encoding.
+    """
+    if value is None or type(value) in (bool, int, str):
+        return value
+    if type(value) is float:
+        return value if math.isfinite(value) else {"float": repr(value)}
+    if type(value) is tuple:
+        return {"tuple": [encode_value(v) for v in value]}
+    wrapped, inner = api.unwrap_constexpr(value)
+    if wrapped:
+        return encode_value(inner)
+    name = api.dtype_name(value)
+    if name is not None:
+        return {"tl.dtype": name}
+    if _unwrap(value) is value:
+        fn = value.fn
+        path = f"{fn.__module__}:{fn.__qualname__}"
+        problem = _import_problem(fn.__module__, fn.__qualname__, value)
+        if problem:
+            raise UnreplayableError(f"@triton.jit function {path} passed as a value: {problem}")
+        return {"jit_function": path}
+    raise UnreplayableError(
+        f"a {type(value).__module__}.{type(value).__qualname__} value ({value!r:.60}) has no "
+        "lossless encoding"
+    )
+
+
+def decode_value(data: Any) -> Any:
+    """The value ``encode_value`` encoded.
+
+    Raises:
+        ValueError: an unknown tag.
+        ImportError, LookupError: a ``jit_function`` that no longer resolves.
+    """
+    if isinstance(data, dict) and len(data) == 1:
+        ((tag, body),) = data.items()
+        if tag == "tuple":
+            return tuple(decode_value(v) for v in body)
+        if tag == "float":
+            return float(body)
+        if tag == "tl.dtype":
+            return api.dtype_from_name(body)
+        if tag == "jit_function":
+            return _unwrap(_import_path(body))
+    if isinstance(data, (dict, list)):
+        raise TypeError(f"unknown recorded value encoding {data!r}")
+    return data
+
+
+# -- import paths -------------------------------------------------------------------------------
+
+
+def _unwrap(obj: Any) -> Any:
+    """The JITFunction behind an Autotuner/Heuristics chain (each has ``.fn``), or None.
+
+    A JITFunction's own ``.fn`` is the plain Python function it compiles.
+    """
+    for _ in range(8):
+        inner = getattr(obj, "fn", None)
+        if inner is None:
+            return None
+        if isinstance(inner, types.FunctionType):
+            return obj if api.is_jit_function(obj) else None
+        obj = inner
+    return None
+
+
+def _import_path(path: str) -> Any:
+    module, _, qual = path.partition(":")
+    try:
+        obj = importlib.import_module(module)
+    except Exception as exc:
+        raise ImportError(
+            f"recorded kernel {path}: module {module!r} no longer imports "
+            f"({type(exc).__name__}: {exc}); install it, or re-record"
+        ) from exc
+    for part in qual.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise LookupError(
+                f"recorded kernel {path}: module {module!r} has no {qual!r} any more; re-record"
+            ) from None
+    return obj
+
+
+def _import_problem(module: str, qualname: str, jit_fn: Any) -> str | None:
+    """Why ``module:qualname`` would not give ``jit_fn`` back in another process, or None."""
+    if module == "__main__":
+        return (
+            "it is defined in __main__, which another process cannot import; move it into a module"
+        )
+    if "<locals>" in qualname:
+        return "it is defined inside a function (a closure), so it has no import path"
+    mod = sys.modules.get(module)
+    if mod is None:
+        return f"its module {module!r} is not importable by name"
+    obj: Any = mod
+    for part in qualname.split("."):
+        obj = getattr(obj, part, None)
+        if obj is None:
+            return f"{module}:{qualname} does not resolve (the module has no such attribute)"
+    if _unwrap(obj) is not jit_fn:
+        return f"{module}:{qualname} resolves to a different object ({type(obj).__name__})"
+    return None
+
+
+# -- describing a specialization ------------------------------------------------------------------
+
+
+def _div16(attrs_: Mapping[Any, Any], i: int) -> bool:
+    for item in attrs_.get((i,), ()) or ():
+        if isinstance(item, (list, tuple)) and len(item) == 2 and item[0] == "tt.divisibility":
+            return item[1] == 16
+    return False
+
+
+def _arg(param: api.JitParam, ty: Any, div16: bool, value: Any) -> dict[str, Any]:
+    """One parameter's entry, from its Triton type, alignment and (for constants) value."""
+    name = param.name
+    if isinstance(ty, tuple):
+        raise UnreplayableError(f"argument {name!r} is a tuple, which warmkit cannot rebuild")
+    if ty == "constexpr":
+        if not param.is_constexpr:
+            if value is None:
+                return {"name": name, "kind": "none"}
+            if type(value) is int and value == 1:
+                return {"name": name, "kind": "int", "class": "one"}
+        return {"name": name, "kind": "constexpr", "value": _checked(name, value)}
+    if ty.startswith("*"):
+        dtype = ty[1:]
+        dtype = dtype.removeprefix("k")
+        return {"name": name, "kind": "pointer", "dtype": dtype, "aligned": bool(div16)}
+    if ty == "u1":
+        return {"name": name, "kind": "bool"}
+    if ty[:1] in ("i", "u") and ty[1:].isdigit():
+        return {"name": name, "kind": "int", "class": ty, "div16": bool(div16)}
+    if ty.startswith(("fp", "bf")):
+        return {"name": name, "kind": "float", "type": ty}
+    raise UnreplayableError(
+        f"argument {name!r} has Triton type {ty!r} (a tensor descriptor?), which warmkit cannot rebuild"
+    )
+
+
+def _checked(name: str, value: Any) -> Any:
+    encoded = encode_value(value)
+    back = decode_value(encoded)
+    plain = api.unwrap_constexpr(value)[1]
+    if back != plain or type(back) is not type(plain):
+        raise UnreplayableError(f"constexpr {name!r}={value!r} does not survive encoding")
+    return encoded
+
+
+def options_from_key(key: Any) -> list[list[Any]]:
+    """The launch options, in call order, from Triton's in-memory cache key (``str(spec) + str(options)``).
+
+    Raises:
+        UnreplayableError: a key of another shape (a future Triton).
+    """
+    if not isinstance(key, str):
+        raise UnreplayableError(f"Triton's cache key is a {type(key).__name__}, not a string")
+    cut = key.rfind("]{")
+    try:
+        opts = ast.literal_eval(key[cut + 1 :]) if cut >= 0 else None
+    except (ValueError, SyntaxError):
+        opts = None
+    if not isinstance(opts, dict) or str(opts) != key[cut + 1 :]:
+        raise UnreplayableError("the launch options cannot be read from Triton's cache key")
+    items = list(opts.items())
+    while items and items[-1][0] in _RUN_ADDED:
+        items.pop()
+    return [[k, encode_value(v)] for k, v in items]
+
+
+def _target_text(target: Any) -> str | None:
+    if target is None:
+        return None
+    backend = getattr(target, "backend", None)
+    arch = getattr(target, "arch", None)
+    return f"{backend}:{arch}" if backend is not None else None
+
+
+def _current_target() -> str | None:
+    try:
+        return _target_text(api.active_driver().get_current_target())
+    except Exception:  # noqa: BLE001 - no driver: target unknown
+        return None
+
+
+def entry_from_event(event: api.MissEvent) -> Any:
+    """The recorded entry for one in-memory miss (``jit_cache_hook``), or None.
+
+    Unreplayable specializations are returned too, with the reason.
+    """
+    from warmkit import RecordedEntry
+
+    jit_fn = event.jit_fn
+    fn = getattr(jit_fn, "fn", None)
+    if fn is None:
+        return None
+    module, qual = fn.__module__, fn.__qualname__
+    reason = _import_problem(module, qual, jit_fn)
+    spec: dict[str, Any] = {"args": [], "options": [], "triton": api.triton_version()}
+    try:
+        spec["args"] = [
+            _arg(p, event.signature.get(p.name), _div16(event.attrs, i), event.constants.get((i,)))
+            for i, p in enumerate(api.jit_param_flags(jit_fn))
+        ]
+        spec["options"] = options_from_key(event.key)
+    except UnreplayableError as exc:
+        reason = reason or str(exc)
+    if isinstance(event.key, str):
+        spec["triton_key"] = event.key
+    src_sha256, source_hash = api.source_identity(jit_fn)
+    spec["src_sha256"] = src_sha256
+    if reason is None:
+        spec["source_hash"] = source_hash
+    return RecordedEntry.make(
+        backend=BACKEND,
+        kind="raw",
+        kernel=f"{module}:{qual}",
+        name=f"{module}.{qual}",
+        spec=spec,
+        target=_current_target(),
+        reason=reason,
+    )
+
+
+def spec_from_call(
+    fn: Any, specialization: Sequence[Any], options: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The ``{"args", "options"}`` of a call, from the binder's specialization list (coverage).
+
+    Raises:
+        UnreplayableError: an argument kind warmkit cannot describe.
+    """
+    args = []
+    for p, item in zip(api.jit_param_flags(fn), specialization):
+        ty, attr = (item[0], item[1]) if isinstance(item, (list, tuple)) else (item, None)
+        value = attr if ty == "constexpr" else None
+        args.append(_arg(p, ty, attr == "D", value))
+    return {"args": args, "options": [[k, encode_value(v)] for k, v in options.items()]}
+
+
+def describe_spec(spec: Mapping[str, Any]) -> str:
+    """A readable one-line form: ``x:*fp16, n:i32[div16], BLOCK=1024 | num_warps=4``."""
+    parts = []
+    for a in spec.get("args", []):
+        kind = a["kind"]
+        if kind == "pointer":
+            parts.append(f"{a['name']}:*{a['dtype']}{'' if a['aligned'] else '[unaligned]'}")
+        elif kind == "int":
+            cls = a["class"]
+            parts.append(
+                f"{a['name']}=1"
+                if cls == "one"
+                else f"{a['name']}:{cls}{'[div16]' if a['div16'] else ''}"
+            )
+        elif kind == "constexpr":
+            parts.append(f"{a['name']}={decode_value_text(a['value'])}")
+        elif kind == "float":
+            parts.append(f"{a['name']}:{a['type']}")
+        else:
+            parts.append(f"{a['name']}:{kind}")
+    opts = ", ".join(f"{k}={decode_value_text(v)}" for k, v in spec.get("options", []))
+    return ", ".join(parts) + (f" | {opts}" if opts else "")
+
+
+def decode_value_text(data: Any) -> str:
+    if isinstance(data, dict) and len(data) == 1:
+        ((tag, body),) = data.items()
+        if tag == "tuple":
+            return (
+                "("
+                + ", ".join(decode_value_text(v) for v in body)
+                + ("," if len(body) == 1 else "")
+                + ")"
+            )
+        return str(body)
+    return repr(data)
+
+
+# -- replay ---------------------------------------------------------------------------------------
+
+
+class RecordedTritonKernel(TritonKernel):
+    """Replays the recorded specializations of one raw ``@triton.jit`` function.
+
+    One subclass per function (``recorded_kernel`` makes them), named after
+    the function, so report rows and bundles name the real kernel.
+    """
+
+    path: ClassVar[str] = ""
+
+    @attrs.frozen(repr=False)
+    class CompileKey:
+        spec_json: str
+
+        def __repr__(self) -> str:
+            return describe_spec(json.loads(self.spec_json))
+
+    def dispatch(self, *, spec_json: str) -> Any:
+        return self.CompileKey(spec_json)
+
+    def _function(self, spec: Mapping[str, Any]) -> Any:
+        jit = _unwrap(_import_path(self.path))
+        if jit is None:
+            raise LookupError(
+                f"recorded kernel {self.path} no longer resolves to a @triton.jit function; re-record"
+            )
+        src_sha256, source_hash = api.source_identity(jit)
+        if spec.get("triton") == api.triton_version():
+            changed = spec.get("source_hash") not in (None, source_hash)
+        else:  # Triton's hash may differ across versions: compare the text alone
+            changed = spec.get("src_sha256") != src_sha256
+        if changed:
+            raise RuntimeError(
+                f"recorded kernel {self.path}: its source (or a function or global it uses, or its "
+                "line number) changed since it was recorded; re-record to warm the new version"
+            )
+        return jit
+
+    def compile(self, key: Any) -> Any:
+        """Import the function, check its source, compile the recorded variant, check the cache key.
+
+        Raises:
+            ImportError, LookupError: the function no longer imports or resolves.
+            RuntimeError: its source changed, or the replay did not reproduce
+                the recorded Triton cache key.
+        """
+        spec = json.loads(key.spec_json)
+        with _fn_lock:
+            self.fn = self._function(spec)
+        executor = super().compile(key)
+        recorded = spec.get("triton_key")
+        if recorded and spec.get("triton") == api.triton_version():
+            caches = api.kernel_caches(self.fn)
+            if caches and not any(recorded in cache for cache in caches):
+                raise RuntimeError(
+                    f"recorded kernel {self.path}: replaying {describe_spec(spec)} did not reproduce "
+                    "Triton's recorded cache key, so the next launch would still compile; "
+                    "please report this with the manifest entry"
+                )
+        return executor
+
+    def warmup_args(self, key: Any) -> tuple[Sequence[Any], Mapping[str, Any]]:
+        spec = json.loads(key.spec_json)
+        params = api.jit_param_flags(self.fn)
+        args = [_replay_arg(p, a) for p, a in zip(params, spec["args"], strict=True)]
+        return args, {}
+
+    def launch_options(self, key: Any) -> Mapping[str, Any]:
+        return {k: decode_value(v) for k, v in json.loads(key.spec_json)["options"]}
+
+
+_fn_lock = threading.Lock()
+_classes: dict[str, type] = {}
+
+
+def _replay_arg(param: api.JitParam, a: Mapping[str, Any]) -> Any:
+    kind = a["kind"]
+    if kind == "pointer":
+        return WarmupTensor(a["dtype"], (16,), aligned=a["aligned"])
+    if kind == "int":
+        if a["class"] == "one":
+            return 1
+        specialize = not param.do_not_specialize
+        align = not param.do_not_specialize_on_alignment
+        attr = None if not specialize else ("D" if a["div16"] else "")
+        rep = _rep_of_class((a["class"], attr), specialize, align)
+        if rep is None:
+            raise ValueError(f"no representative for int class {a['class']} of {param.name!r}")
+        return rep
+    if kind == "float":
+        return 1.5
+    if kind == "bool":
+        return True
+    if kind == "none":
+        return None
+    if kind == "constexpr":
+        return decode_value(a["value"])
+    raise ValueError(f"unknown recorded argument kind {kind!r} for {param.name!r}")
+
+
+def recorded_kernel(entry: Any) -> tuple[Any, Any]:
+    """The kernel and key that replay one raw recorded entry (the backend's ``recorded_kernel``)."""
+    with _fn_lock:
+        cls = _classes.get(entry.kernel)
+        if cls is None:
+            cls = type(
+                f"Recorded[{entry.kernel}]",
+                (RecordedTritonKernel,),
+                {"name": entry.name, "path": entry.kernel, "__module__": __name__},
+            )
+            _classes[entry.kernel] = cls
+    spec = entry.spec
+    core = {"args": spec["args"], "options": spec["options"]}
+    for field in ("triton", "triton_key", "source_hash", "src_sha256"):
+        if field in spec:
+            core[field] = spec[field]
+    return cls(), cls.CompileKey(json.dumps(core, sort_keys=True))
+
+
+# -- coverage -------------------------------------------------------------------------------------
+
+
+def declared_specializations(
+    kernel: Any, keys: Sequence[Any], target: str | None
+) -> list[tuple[str, dict[str, Any]]]:
+    """Each declared key's Triton specialization, from Triton's own binder, without compiling.
+
+    Args:
+        kernel: a ``TritonKernel`` instance.
+        keys: its planned keys.
+        target: the target to specialize for; default ``"cuda:90"`` (the
+            specialization rules are the same on every CUDA target).
+
+    Returns:
+        ``(import path of fn, {"args", "options"})`` per key, in the form
+        recorded entries use.
+
+    Raises:
+        TypeError: ``warmup_args``/``launch_options`` do not match ``fn``.
+    """
+    from ._aot import AotDriver, aot_driver, parse_target
+    from ._kernel import check_warmup_args
+
+    fn = _unwrap(kernel)  # kernel.fn may be an autotune/heuristics stack
+    if fn is None:
+        return []
+    name = type(kernel).name
+    path = f"{fn.fn.__module__}:{fn.fn.__qualname__}"
+    drv = AotDriver(parse_target(target or "cuda:90"))
+    out = []
+    with aot_driver(drv):
+        try:
+            binder = api.binder(fn, api.prepare_function(fn))
+            for key in keys:
+                options = dict(kernel.launch_options(key) or {})
+                args, kwargs = check_warmup_args(name, fn, kernel.warmup_args(key), options)
+                wrapped = [api.wrap_warmup_arg(a) for a in args]
+                _, specialization, opts = binder(*wrapped, **kwargs, **options)
+                try:
+                    out.append((path, spec_from_call(fn, specialization, opts)))
+                except UnreplayableError as exc:
+                    logger.info("kernel %s key %r: no specialization (%s)", name, key, exc)
+        finally:
+            api.drop_device(fn, drv.device)
+    return out

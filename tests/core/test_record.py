@@ -1,0 +1,226 @@
+"""warmkit._record: recorded entries, the recorder (dedup, atomic, several processes), replay of keys."""
+
+from __future__ import annotations
+
+import json
+import math
+import multiprocessing
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import attrs
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import warmkit
+from warmkit import RecordedEntry, Recorder, monitor
+from warmkit._record import decode_key, encode_key, expand_path, key_entry, resolve_recorded
+
+from . import _kernels
+
+
+@pytest.fixture(autouse=True)
+def _no_recording() -> Iterator[None]:
+    warmkit.stop_recording()
+    yield
+    warmkit.stop_recording()
+
+
+scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=8),
+)
+values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=3).map(tuple), max_leaves=8)
+
+
+@attrs.frozen
+class _Key:
+    a: object
+    b: object
+
+
+class _KeyKernel(warmkit.JitKernel["_KeyKernel.CompileKey"]):
+    CompileKey = _Key
+
+    def dispatch(self, *, a, b):
+        return _Key(a, b)
+
+    def compile(self, key):
+        return _kernels.Executor(self.name, key)
+
+
+def _same(x: object, y: object) -> bool:
+    if isinstance(x, float) and math.isnan(x):
+        return isinstance(y, float) and math.isnan(y)
+    if isinstance(x, tuple):
+        return type(y) is tuple and len(x) == len(y) and all(map(_same, x, y))
+    return type(x) is type(y) and x == y and repr(x) == repr(y)  # -0.0 is not 0.0
+
+
+@settings(max_examples=100, deadline=None)
+@given(a=values, b=values)
+def test_key_fields_round_trip_losslessly_through_a_manifest_file(a, b, tmp_path_factory) -> None:
+    entry = key_entry(_KeyKernel, _Key(a, b))
+    assert entry.replayable
+    path = tmp_path_factory.mktemp("m") / "m.json"
+    Recorder(path).add(entry)
+    (back,) = warmkit.read_recorded(path)
+    assert back == entry and back.id == entry.id
+    key = decode_key(_KeyKernel, back.spec["key"])
+    assert _same(key.a, a) and _same(key.b, b)
+
+
+def test_a_key_with_an_object_field_is_recorded_unreplayable_with_the_reason() -> None:
+    entry = key_entry(_KeyKernel, _Key(object(), 1))
+    assert not entry.replayable
+    assert "cannot be saved" in entry.reason and "field 'a'" in entry.reason
+
+
+def test_entries_deduplicate_and_a_tampered_entry_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "run.json"
+    rec = Recorder(path)
+    e = key_entry(_kernels.PyKernel, _kernels.PyKernel.CompileKey(3, True))
+    assert rec.add(e) is True
+    assert rec.add(e) is False
+    assert Recorder(path).add(e) is True  # another process: new to it, still one entry on disk
+    data = json.loads(path.read_text())
+    assert len(data["recorded"]) == 1
+    data["recorded"][0]["spec"]["key"]["n"] = 4
+    path.write_text(json.dumps(data))
+    with pytest.raises(warmkit.ManifestError, match="does not match its contents"):
+        warmkit.read_recorded(path)
+
+
+def test_the_recorder_never_overwrites_a_file_it_cannot_read(tmp_path: Path) -> None:
+    e = key_entry(_kernels.PyKernel, _kernels.PyKernel.CompileKey(3, True))
+    for text in ('{"not": "a manifest"}', '{"format": "warmkit.manifest", "vers'):
+        path = tmp_path / "x.json"
+        path.write_text(text)
+        with pytest.raises(warmkit.ManifestError):
+            Recorder(path).add(e)
+        assert path.read_text() == text
+    bad = tmp_path / "bad.json"
+    bad.write_text("{")
+    rec = Recorder(bad)
+    rec.add_safely(lambda: e)  # inside a hook: logged, never raised
+    assert bad.read_text() == "{"
+
+
+def _record_many(path: str, rank: int, n: int) -> None:
+    rec = Recorder(path)
+    for i in range(n):
+        # half the keys are shared by every process, half are this process's own
+        key = _kernels.PyKernel.CompileKey(i if i % 2 else 1000 + rank * n + i, bool(rank % 2))
+        shared = _kernels.PyKernel.CompileKey(i, False)
+        rec.add(key_entry(_kernels.PyKernel, key))
+        rec.add(key_entry(_kernels.PyKernel, shared))
+
+
+def test_concurrent_processes_record_into_one_file_without_loss(tmp_path: Path) -> None:
+    path = tmp_path / "shared.json"
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_record_many, args=(str(path), r, 12)) for r in range(4)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    got = {e.id for e in warmkit.read_recorded(path)}
+    expected = set()
+    for rank in range(4):
+        for i in range(12):
+            key = _kernels.PyKernel.CompileKey(i if i % 2 else 1000 + rank * 12 + i, bool(rank % 2))
+            expected.add(key_entry(_kernels.PyKernel, key).id)
+            expected.add(key_entry(_kernels.PyKernel, _kernels.PyKernel.CompileKey(i, False)).id)
+    assert got == expected
+    assert len(json.loads(path.read_text())["recorded"]) == len(expected)
+    assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_rank_pattern(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RANK", "3")
+    assert expand_path(tmp_path / "run-{rank}.json") == tmp_path / "run-3.json"
+    monkeypatch.setenv("WARMKIT_RANK", "5")
+    assert Recorder(tmp_path / "run-{rank}.json").path.name == "run-5.json"
+
+
+def test_record_needs_the_monitor_and_reads_the_environment(monkeypatch, tmp_path) -> None:
+    with pytest.raises(ValueError, match="needs the monitor"):
+        warmkit.WarmupConfig(record=tmp_path / "r.json", monitor="off")
+    monkeypatch.setenv("WARMKIT_RECORD", str(tmp_path / "r-{rank}.json"))
+    assert warmkit.WarmupConfig.from_env().record == str(tmp_path / "r-{rank}.json")
+
+
+@pytest.mark.parametrize("mode", ["warn", "error"])
+def test_unwarmed_keys_are_recorded_in_warn_and_error_mode_then_replayed(
+    mode: str, tmp_path: Path, registry: warmkit.WarmupRegistry
+) -> None:
+    path = tmp_path / "run.json"
+    kernel = _kernels.PyKernel()
+    kernel.register_warmup(n=[1, 2])
+    warmkit.warmup(warmkit.WarmupConfig(monitor=mode, record=path, progress="off"), registry)
+    missed = _kernels.PyKernel.CompileKey(7, True)
+    if mode == "error":
+        with pytest.raises(warmkit.RuntimeCompileError):
+            kernel.get_or_compile(missed)
+    else:
+        kernel.get_or_compile(missed)
+    (entry,) = warmkit.read_recorded(path)
+    assert entry.kind == "key" and entry.name == _kernels.PyKernel.name and entry.replayable
+    assert entry.spec == {"key": {"n": 7, "flag": True}}
+
+    # the next start: the manifest's recorded key is warmed like a declared one, in its own rows
+    monitor.disarm()
+    _kernels.reset()
+    loaded = warmkit.WarmupRegistry.load(path)
+    assert len(loaded) == 0 and len(loaded.recorded()) == 1
+    report = warmkit.warmup(warmkit.WarmupConfig(monitor="error", progress="off"), loaded)
+    (row,) = report.entries
+    assert (row.kind, row.key, row.status) == ("recorded", missed, "compiled")
+    assert "[recorded]" in report.table()
+    assert report.to_dict()["entries"][0]["kind"] == "recorded"
+    kernel.get_or_compile(missed)  # warm: no RuntimeCompileError
+
+
+def test_a_stale_recorded_entry_fails_alone_in_collect_mode(tmp_path: Path) -> None:
+    reg = warmkit.WarmupRegistry()
+    reg.add(_kernels.OtherKernel, m=[1])
+    good = key_entry(_kernels.PyKernel, _kernels.PyKernel.CompileKey(5, False))
+    gone = RecordedEntry.make(
+        backend=None, kind="key", kernel="no_such_module_xyz:Kernel", name="gone", spec={"key": {}}
+    )
+    main = key_entry(_KeyKernel, _Key(1, 2))
+    main = attrs.evolve(main, replayable=False, reason="it is defined in __main__")
+    for e in (good, gone, main):
+        reg.add_recorded(e)
+    path = reg.save(tmp_path / "m.json")
+    loaded = warmkit.WarmupRegistry.load(path)
+    with pytest.raises(warmkit.WarmupError) as info:
+        warmkit.warmup(warmkit.WarmupConfig(on_error="collect", progress="off"), loaded)
+    rows = {(e.kernel, e.status) for e in info.value.report.entries}
+    assert rows == {
+        ("tests.other", "compiled"),
+        (_kernels.PyKernel.name, "compiled"),
+        ("gone", "failed"),
+        (main.name, "skipped"),
+    }
+    failed = info.value.report.failures[0]
+    assert "no_such_module_xyz" in failed.error and failed.kind == "recorded"
+    assert "__main__" in info.value.report.table()
+
+
+def test_resolve_recorded_reports_a_backend_without_replay(fake_backend) -> None:
+    entry = RecordedEntry.make(backend="fake", kind="raw", kernel="m:f", name="m.f", spec={})
+    (item,) = resolve_recorded([entry])
+    assert item.kernel is None and "cannot replay recorded kernels" in str(item.error)
+
+
+def test_encode_key_refuses_non_keys() -> None:
+    with pytest.raises(TypeError):
+        encode_key({"a": 1})
+    assert sys.modules["warmkit._record"].RecordedEntry is RecordedEntry

@@ -1,0 +1,131 @@
+"""The startup hook of ``warmkit record`` and ``warmkit run``: zero-code adoption.
+
+Both commands run the user's command with a temporary directory prepended to
+``PYTHONPATH`` that holds one ``sitecustomize.py``. Python imports it at
+startup, before the command's own code, in the child process only (and in its
+Python children, which inherit ``PYTHONPATH``: the ranks of a launcher). It
+calls :func:`main`, which:
+
+* ``warmkit run -m MANIFEST``: warms ``WARMKIT_MANIFEST`` up with
+  ``WarmupConfig.from_env()``, which then arms the monitor (and records, if
+  ``WARMKIT_RECORD`` is set; ``on_error`` defaults to ``collect`` there, so
+  every stale entry is listed); a failed warmup stops the command with exit
+  code 1 before any of its code runs;
+* ``warmkit record -o PATH``: starts recording into ``WARMKIT_RECORD`` and
+  arms the monitor of every installed backend (``WARMKIT_MONITOR``, default
+  ``warn``), so a command that never imports warmkit is recorded too.
+
+The original ``sitecustomize`` further down ``sys.path``, if any, still runs.
+"""
+
+from __future__ import annotations
+
+import importlib.machinery
+import importlib.util
+import logging
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from . import _envs
+
+__all__ = ["hook_environment", "main"]
+
+logger = logging.getLogger(__name__)
+
+_HOOK = """\
+# Written by warmkit (warmkit record / warmkit run) for one child process; safe to delete.
+import warmkit._startup
+
+warmkit._startup.main(__file__)
+"""
+
+
+def hook_environment(env: dict[str, str], tmp: str) -> dict[str, str]:
+    """``env`` with a ``sitecustomize.py`` that calls :func:`main` first on ``PYTHONPATH``."""
+    path = Path(tmp, "sitecustomize.py")
+    path.write_text(_HOOK, encoding="utf-8")
+    env = dict(env)
+    old = env.get("PYTHONPATH")
+    env["PYTHONPATH"] = tmp if not old else tmp + os.pathsep + old
+    return env
+
+
+def hook_dir() -> tempfile.TemporaryDirectory[str]:
+    return tempfile.TemporaryDirectory(prefix="warmkit-startup-")
+
+
+def _chain(hook_file: str) -> None:
+    """Run the ``sitecustomize`` that ours shadows, if there is one."""
+    here = os.path.dirname(os.path.abspath(hook_file))
+    rest = [p for p in sys.path if os.path.abspath(p or ".") != here]
+    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
+    if spec is None or spec.loader is None:
+        return
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+
+
+def _configure_logging() -> None:
+    log = logging.getLogger("warmkit")
+    if not any(isinstance(h, logging.StreamHandler) for h in log.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("warmkit: %(levelname)s %(message)s"))
+        log.addHandler(handler)
+        log.setLevel(logging.WARNING)
+
+
+def main(hook_file: str | None = None) -> None:
+    """Warm up and/or start recording for this process, from the environment.
+
+    A failed warmup of ``WARMKIT_MANIFEST`` ends the process with exit code 1
+    (after printing the report), before any of the command's code runs.
+    """
+    from . import monitor
+    from ._record import start_recording
+
+    _configure_logging()
+    manifest = _envs.get("WARMKIT_MANIFEST")
+    record = _envs.get("WARMKIT_RECORD")
+    try:
+        if manifest is not None:
+            from ._exceptions import WarmkitError
+            from ._registry import WarmupRegistry
+            from ._warmup import WarmupConfig, warmup
+
+            try:
+                overrides: dict[str, Any] = {"progress": "off"}
+                if "WARMKIT_ON_ERROR" not in os.environ:
+                    overrides["on_error"] = "collect"
+                config = WarmupConfig.from_env(**overrides)
+                report = warmup(config, WarmupRegistry.load(manifest))
+            except (WarmkitError, ValueError) as exc:
+                report = getattr(exc, "report", None)
+                if report is not None:
+                    sys.stderr.write(report.table() + "\n")
+                logger.error("warmkit run: warmup of %s failed: %s", manifest, exc)
+                sys.stderr.flush()
+                # SystemExit inside sitecustomize is a fatal interpreter error with a traceback;
+                # the command must simply not run.
+                os._exit(1)
+            logger.warning(
+                "warmkit run: warmed %d key(s) of %s in %.2fs (%d compiled, %d cached); monitor %s",
+                len(report.entries),
+                manifest,
+                report.seconds,
+                report.count("compiled"),
+                report.count("cached"),
+                report.monitor,
+            )
+        elif record is not None:
+            from ._plugins import BACKENDS_GROUP, load_all
+
+            mode = _envs.get("WARMKIT_MONITOR")
+            start_recording(record)
+            load_all(BACKENDS_GROUP)  # a command that never imports warmkit: hook every backend
+            monitor.arm("warn" if mode == "off" else mode)
+    finally:
+        if hook_file is not None:
+            _chain(hook_file)
