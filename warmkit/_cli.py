@@ -173,20 +173,20 @@ def _parser() -> argparse.ArgumentParser:
     s = sub.add_parser("record", help="run a command, recording every runtime JIT compile")
     s.add_argument("-o", "--output", required=True, help="the manifest to record into ({rank} ok)")
     s.add_argument("--monitor", choices=("warn", "error"), help="monitor mode in the command")
-    s.add_argument("--json", action="store_true", help="print the summary as JSON")
+    s.add_argument("--json", action="store_true", help=_JSON)
     s.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
 
     s = sub.add_parser("run", help="run a command warmed up from a manifest, monitor armed")
-    s.add_argument("-m", "--manifest", required=True)
+    s.add_argument("-m", "--manifest", required=True, help="the manifest to warm before CMD runs")
     s.add_argument("--monitor", choices=("off", "warn", "error"), help="monitor mode afterwards")
     s.add_argument("--record", help="also record runtime compiles into this manifest")
     s.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
 
     s = sub.add_parser("coverage", help="check that a manifest covers what a run compiled")
-    s.add_argument("manifest")
+    s.add_argument("manifest", help="the deployment's manifest (declared and recorded)")
     s.add_argument("--recorded", required=True, help="the manifest `warmkit record` wrote")
     s.add_argument("--target", help="target to specialize declared keys for (default cuda:90)")
-    s.add_argument("--json", action="store_true")
+    s.add_argument("--json", action="store_true", help=_JSON)
     return p
 
 
