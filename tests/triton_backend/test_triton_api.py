@@ -19,6 +19,7 @@ import inspect
 import re
 import shutil
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -68,6 +69,44 @@ def check_import() -> None:
     assert api.triton_version() == triton.__version__
     assert api.version_tuple(triton.__version__) >= api.MIN_TRITON
     assert api.version_tuple("3.6.0+git1234") == (3, 6)
+
+
+def _most_parses_at_once(monkeypatch: pytest.MonkeyPatch) -> int:
+    """Four threads parse ``add_kernel`` with ``ast.parse`` slowed down; how many were inside at once."""
+    inside, most, count = 0, 0, threading.Lock()
+    real_parse = ast.parse
+
+    def slow_parse(*args, **kwargs):
+        nonlocal inside, most
+        with count:
+            inside += 1
+            most = max(most, inside)
+        time.sleep(0.05)
+        with count:
+            inside -= 1
+        return real_parse(*args, **kwargs)
+
+    with monkeypatch.context() as m:
+        m.setattr(ast, "parse", slow_parse)
+        with ThreadPoolExecutor(4) as pool:
+            trees = list(pool.map(lambda _: add_kernel.parse(), range(4)))
+    assert all(isinstance(tree.body[0], ast.FunctionDef) for tree in trees)
+    return most
+
+
+@canary("serialize_ast_parse")
+def check_serialize_ast_parse(monkeypatch: pytest.MonkeyPatch) -> None:
+    api.require_triton()
+    if api.AST_PARSE_RACES:  # require_triton serialized them (this CI box: Python 3.11.7)
+        assert _most_parses_at_once(monkeypatch) == 1
+        return
+    assert _most_parses_at_once(monkeypatch) > 1, "parses serialized on a Python without the race"
+    from triton.runtime.jit import JITCallable  # restored below: other tests keep parallel parses
+
+    monkeypatch.setattr(JITCallable, "parse", JITCallable.parse)
+    monkeypatch.setattr(api._import, "_parse_serialized", False)
+    api.serialize_ast_parse()
+    assert _most_parses_at_once(monkeypatch) == 1
 
 
 # -- JITFunction -----------------------------------------------------------------------------------

@@ -52,10 +52,12 @@ from ._cache import (
     triton_key_function,
 )
 from ._import import (
+    AST_PARSE_RACES,
     INSTALL_HINT,
     MIN_TRITON,
     TritonNotInstalledError,
     require_triton,
+    serialize_ast_parse,
     triton_version,
     version_tuple,
 )
@@ -112,6 +114,7 @@ from ._runtime import (
 )
 
 __all__ = [
+    "AST_PARSE_RACES",
     "GROUP_FILE_GLOB",
     "GROUP_FILE_PREFIX",
     "INSTALL_HINT",
@@ -178,6 +181,7 @@ __all__ = [
     "restore_autotuner_run",
     "runtime_knobs",
     "scalar_specializer",
+    "serialize_ast_parse",
     "set_cache_manager_class",
     "set_compilation_listener",
     "set_installed_driver",

@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import functools
 import importlib
+import sys
+import threading
 from types import ModuleType
 
 #: The oldest Triton this backend supports; 3.6.0 and 3.9.0 are tested.
 MIN_TRITON = (3, 6)
 INSTALL_HINT = "pip install warmkit-triton  (or: pip install 'triton>=3.6')"
+#: CPython 3.11.0-3.11.7 and 3.12.0-3.12.1 share one AST-constructor depth counter between
+#: threads (CPython gh-106905): two ``ast.parse`` at once, as in a parallel warmup, can fail
+#: with "SystemError: AST constructor recursion depth mismatch".
+_PY = sys.version_info[:3]
+AST_PARSE_RACES = (3, 11, 0) <= _PY < (3, 11, 8) or (3, 12, 0) <= _PY < (3, 12, 2)
 
 
 # -- importing Triton ---------------------------------------------------------------------------
@@ -71,7 +79,39 @@ def require_triton() -> ModuleType:
         from .. import _keycache
 
         _keycache.install()  # a warm restart skips hashing libtriton.so again
+        if AST_PARSE_RACES:
+            serialize_ast_parse()
     return triton
+
+
+_parse_lock = threading.Lock()
+_parse_serialized = False
+
+
+def serialize_ast_parse() -> None:
+    """Make Triton's ``JITCallable.parse`` (its one ``ast.parse`` of a kernel) one thread at a time.
+
+    ``require_triton`` calls it on the Pythons of :data:`AST_PARSE_RACES`, before any warmup
+    thread starts; elsewhere parses stay concurrent. Idempotent. Other code's ``ast.parse`` in
+    another thread at the same moment can still race there: upgrade Python (3.11.8, 3.12.2).
+
+    Checked: 3.6.0, 3.9.0 (``triton.runtime.jit.JITCallable.parse``).
+    """
+    global _parse_serialized
+    with _parse_lock:
+        if _parse_serialized:
+            return
+        from triton.runtime.jit import JITCallable
+
+        parse = JITCallable.parse
+
+        @functools.wraps(parse)
+        def parse_one_at_a_time(self):
+            with _parse_lock:
+                return parse(self)
+
+        JITCallable.parse = parse_one_at_a_time
+        _parse_serialized = True
 
 
 def triton_version() -> str | None:
