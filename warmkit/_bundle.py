@@ -256,7 +256,7 @@ def _read_meta(tar: tarfile.TarFile, path: Path) -> dict[str, Any]:
         member = tar.getmember(_META)
         f = tar.extractfile(member)
         meta = json.loads(f.read()) if f is not None else None
-    except (KeyError, json.JSONDecodeError) as exc:
+    except (KeyError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise BundleError(f"not a warmkit bundle ({exc})", path=path) from exc
     if not isinstance(meta, dict) or meta.get("format") != BUNDLE_FORMAT:
         raise BundleError("not a warmkit bundle (bad bundle.json)", path=path)

@@ -417,6 +417,19 @@ def test_not_a_bundle(site, tmp_path):
         warmkit.install_bundle(tmp_path / "missing.wkb")
 
 
+@pytest.mark.parametrize("meta", [b'{\x00"', b"\xff\xfe{\x00", b"\x80{}"])
+def test_bundle_json_that_is_not_text_is_refused(site, tmp_path, meta):
+    # json.loads guesses UTF-16/32 from NUL bytes: a bit flip can make bundle.json undecodable
+    bad = tmp_path / "bad.wkb"
+    with tarfile.open(bad, "w:gz") as tar:
+        info = tarfile.TarInfo("bundle.json")
+        info.size = len(meta)
+        tar.addfile(info, io.BytesIO(meta))
+    for read in (warmkit.inspect_bundle, warmkit.install_bundle):
+        with pytest.raises(BundleError, match="not a warmkit bundle"):
+            read(bad)
+
+
 # -- the command line --------------------------------------------------------------------------
 
 
