@@ -275,10 +275,15 @@ class WarmupRegistry:
         registry = cls()
         for entry in parse_recorded(data, path=path):
             registry.add_recorded(entry)
+        # One lookup per kernel, not per entry: resolving a ref reads every installed
+        # distribution's entry points (~50 ms), and a recorded manifest has an entry per key.
+        classes: dict[str, type] = {}
         for i, entry in enumerate(regs):
             try:
                 ref = entry["kernel"]
-                kernel_cls = load_kernel(ref)
+                kernel_cls = classes.get(ref) if isinstance(ref, str) else None
+                if kernel_cls is None:
+                    kernel_cls = classes[ref] = load_kernel(ref)
                 groups = [
                     ZipGroup(
                         tuple(g["names"]), tuple(tuple(_decode(v) for v in r) for r in g["rows"])

@@ -279,6 +279,22 @@ def test_parallel_jobs_really_run_concurrently():
     assert report.jobs == 3
 
 
+def test_parallel_base_exception_in_a_compile_propagates_and_every_key_is_accounted():
+    """A SystemExit inside one worker's compile reaches the caller; no thread keeps compiling."""
+    done = []
+
+    def hook(key):
+        if key.n == 2:
+            raise SystemExit("compile asked to exit")
+        done.append(key.n)
+
+    PyKernel.hook = hook
+    with pytest.raises(SystemExit, match="compile asked to exit"):
+        warmkit.warmup(cfg(jobs=2), reg_of((PyKernel, {"n": list(range(1, 41))})))
+    assert 2 not in done and len(done) < 40  # stopped: the rest were not attempted
+    assert not [t for t in threading.enumerate() if t.name.startswith("warmkit-")]
+
+
 def test_backend_parallelism_caps_the_workers(fake_backend):
     FakeBackend.par = 2
     barrier = threading.Barrier(2, timeout=10)
@@ -696,3 +712,14 @@ def test_compile_timeout_is_validated():
     with pytest.raises(ValueError, match="compile_timeout"):
         WarmupConfig(compile_timeout=0)
     assert WarmupConfig(compile_timeout=2).compile_timeout == 2
+
+
+@pytest.mark.parametrize("keys", [0, 1, 3])
+def test_report_to_json_one_entry_per_line(keys):
+    reg = reg_of((PyKernel, {"n": list(range(1, keys + 1))})) if keys else warmkit.WarmupRegistry()
+    report = warmkit.warmup(cfg(jobs=1), reg)
+    text = report.to_json()
+    assert json.loads(text) == report.to_dict()
+    entry_lines = [line for line in text.splitlines() if line.lstrip().startswith('{"kernel"')]
+    assert len(entry_lines) == keys
+    assert json.loads(report.to_json(indent=4)) == report.to_dict()

@@ -1,0 +1,219 @@
+"""B10: warmkit's own cost as the number of keys grows (a guard; goal <= 20 us/key, <= 2 KB/key).
+
+    python benchmarks/scale.py [--keys 10,1000,10000,100000] [--plan-only 1000000] [--out r.json]
+    python benchmarks/plot_scale.py r.json docs/img/scale.png        # the curve (matplotlib)
+
+The backend is a no-op (the kernel's own ``compile`` returns its key) and the
+monitor is off, so everything measured is warmkit: registering, saving and
+loading the manifest, planning (``dispatch`` per point), the warmup's
+orchestration per key (the worker pool, the per-key report entry, the progress
+bar), and the report (``table()`` and ``to_json()``).
+
+Two shapes of manifest, for N keys:
+
+* ``declared``: one registration per 100 keys (an ``IntRange`` axis), the way
+  engine objects declare spaces;
+* ``recorded``: one registration per key, each a single point, the shape of a
+  manifest written by recording a run (one entry per specialization).
+
+Per phase, the median over ``--runs`` runs (>= 5) in one process; the memory
+per key is the peak traced by ``tracemalloc`` over load + warmup + report,
+divided by N, in a run of its own (tracing slows everything down). Planning
+alone is also timed at 1,000,000 keys (``--plan-only``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import os
+import tempfile
+import time
+import tracemalloc
+from pathlib import Path
+from typing import Any
+
+import attrs
+from _common import emit, parser, stats, table
+
+import warmkit
+
+GOAL_US_PER_KEY = 20.0
+GOAL_BYTES_PER_KEY = 2048
+GOAL_RECORDED_LOAD_S = 2.0  # a 100k-entry recorded manifest
+PER_REGISTRATION = 100
+
+
+class ScaleKernel(warmkit.JitKernel):
+    """A kernel whose compile is a no-op: the benchmark measures warmkit, not a compiler."""
+
+    name = "benchmarks.scale.ScaleKernel"
+
+    @attrs.frozen
+    class CompileKey:
+        index: int
+        block: int
+        dtype: str
+
+    def dispatch(self, *, index, block=128, dtype="float16"):
+        return self.CompileKey(index, max(block, 64), dtype)
+
+    def compile(self, key):
+        return key
+
+
+def build(n: int, shape: str) -> warmkit.WarmupRegistry:
+    registry = warmkit.WarmupRegistry()
+    kernel = ScaleKernel()
+    if shape == "declared":
+        for start in range(0, n, PER_REGISTRATION):
+            registry.add(kernel, index=warmkit.IntRange(start, min(n, start + PER_REGISTRATION)))
+    else:
+        for i in range(n):
+            registry.add(kernel, index=i, block=128, dtype="float16")
+    return registry
+
+
+def pipeline(path: Path, config: warmkit.WarmupConfig) -> tuple[dict[str, float], int]:
+    """load -> warmup (plans inside) -> report; seconds per phase and the number of keys."""
+    ScaleKernel._warmkit_forget()
+    t0 = time.perf_counter()
+    registry = warmkit.WarmupRegistry.load(path)
+    t1 = time.perf_counter()
+    with open(os.devnull, "w") as sink, contextlib.redirect_stderr(sink):
+        report = warmkit.warmup(config, registry)
+    t2 = time.perf_counter()
+    report.table()
+    report.to_json()
+    t3 = time.perf_counter()
+    return {"load": t1 - t0, "warmup": t2 - t1, "report": t3 - t2}, len(report.entries)
+
+
+def measure(n: int, shape: str, runs: int, tmp: Path) -> dict[str, Any]:
+    config = warmkit.WarmupConfig(monitor="off", progress="on", on_error="collect")
+    samples: dict[str, list[float]] = {
+        k: [] for k in ("register", "save", "load", "plan", "warmup", "report", "total")
+    }
+    path = tmp / f"{shape}-{n}.json"
+    for _ in range(runs):
+        gc.collect()
+        t0 = time.perf_counter()
+        registry = build(n, shape)
+        t1 = time.perf_counter()
+        registry.save(path)
+        t2 = time.perf_counter()
+        keys = sum(len(k) for k in registry.plan().values())
+        t3 = time.perf_counter()
+        assert keys == n, f"{shape}: planned {keys} keys, expected {n}"
+        del registry
+        gc.collect()
+        phases, entries = pipeline(path, config)
+        assert entries == n
+        samples["register"].append(t1 - t0)
+        samples["save"].append(t2 - t1)
+        samples["plan"].append(t3 - t2)
+        for k, v in phases.items():
+            samples[k].append(v)
+        # what a serving engine pays at startup: load the manifest, warm up, report
+        samples["total"].append(sum(phases.values()))
+    gc.collect()
+    ScaleKernel._warmkit_forget()
+    tracemalloc.start()
+    pipeline(path, config)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    ScaleKernel._warmkit_forget()
+    med = {k: stats(v) for k, v in samples.items()}
+    return {
+        "keys": n,
+        "shape": shape,
+        "manifest_bytes": path.stat().st_size,
+        "seconds": med,
+        "us_per_key": {k: s["median"] / n * 1e6 for k, s in med.items()},
+        "peak_bytes": peak,
+        "bytes_per_key": peak / n,
+    }
+
+
+def plan_only(n: int, runs: int) -> dict[str, Any]:
+    registry = build(n, "declared")
+    samples = []
+    for _ in range(runs):
+        gc.collect()
+        t0 = time.perf_counter()
+        keys = sum(len(k) for k in registry.plan().values())
+        samples.append(time.perf_counter() - t0)
+        assert keys == n
+    s = stats(samples)
+    return {"keys": n, "seconds": s, "us_per_key": s["median"] / n * 1e6}
+
+
+def main() -> None:
+    p = parser(__doc__.splitlines()[0])
+    p.add_argument("--keys", default="10,1000,10000,100000", help="comma-separated key counts")
+    p.add_argument("--plan-only", type=int, default=1_000_000, help="keys for planning alone")
+    p.add_argument("--shapes", default="declared,recorded")
+    args = p.parse_args()
+    sizes = [int(x) for x in args.keys.split(",")]
+    runs = max(args.runs, 5)
+    plan_n = args.plan_only
+    if args.tiny:
+        sizes, runs, plan_n = [10, 200], 2, 2000
+    shapes = args.shapes.split(",")
+    rows, results = [], {"curve": [], "plan_only": None}
+    with tempfile.TemporaryDirectory(prefix="warmkit-scale-") as tmp:
+        for shape in shapes:
+            for n in sizes:
+                r = measure(n, shape, runs, Path(tmp))
+                results["curve"].append(r)
+                us = r["us_per_key"]
+                rows.append(
+                    (
+                        shape,
+                        f"{n:,}",
+                        *(f"{us[k]:.1f}" for k in ("register", "save", "load", "plan", "warmup")),
+                        f"{us['report']:.1f}",
+                        f"{us['total']:.1f}",
+                        f"{r['seconds']['load']['median']:.3f}",
+                        f"{r['bytes_per_key']:.0f}",
+                    )
+                )
+                print(rows[-1], flush=True)
+    if plan_n:
+        results["plan_only"] = plan_only(plan_n, runs)
+    results["goals"] = {
+        "us_per_key": GOAL_US_PER_KEY,
+        "bytes_per_key": GOAL_BYTES_PER_KEY,
+        "recorded_100k_load_s": GOAL_RECORDED_LOAD_S,
+    }
+    head = (
+        "B10 manifest",
+        "keys",
+        "register",
+        "save",
+        "load",
+        "plan",
+        "warmup",
+        "report",
+        "total us/key",
+        "load s",
+        "peak B/key",
+    )
+    text = table(rows, head)
+    text += (
+        "\nus per key, medians of "
+        f"{runs} runs; total = load + warmup (plans inside) + report; "
+        f"goals: total <= {GOAL_US_PER_KEY:.0f} us/key flat from 1k to 100k, peak <= "
+        f"{GOAL_BYTES_PER_KEY} B/key, a 100k recorded manifest loads in <= {GOAL_RECORDED_LOAD_S} s"
+    )
+    if results["plan_only"]:
+        po = results["plan_only"]
+        text += (
+            f"\nplanning alone, {po['keys']:,} keys: {po['seconds']['median']:.3f} s "
+            f"({po['us_per_key']:.2f} us/key)"
+        )
+    emit("B10-scale", results, args.out, text)
+
+
+if __name__ == "__main__":
+    main()
