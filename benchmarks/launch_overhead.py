@@ -4,7 +4,11 @@
     cached compiled kernel's launcher, called directly);
 (b) a bare ``fn[grid](...)`` launch;
 (c) a "dispatch + dict lookup + ``fn[grid]``" wrapper, the way vLLM wraps kernels;
+(d) a warmed ``TritonKernel`` whose ``__call__`` reads ``x.dtype`` and ``x.numel()``
+    and passes the ``torch.dtype`` to ``dispatch``;
 and, for information, (a') ``TritonKernel.run(key, ...)`` with the key already computed.
+It also times, on the CPU alone, ``dispatch`` with and without its memo and
+the executor lookup (``warmkit._memo``), the part of (a) that is warmkit's.
 
 Each run times ``--iters`` back-to-back launches (no synchronisation between
 them; one at the end), so the number is the CPU cost per launch. The table
@@ -114,6 +118,33 @@ def _run(args: argparse.Namespace) -> int:
             key = self.dispatch(n=n)
             self.run(key, (triton.cdiv(n, key.block),), x, y, out, n, BLOCK=key.block)
 
+    names = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
+
+    class AddTyped(TritonKernel):
+        """(d): the key's dtype comes from the tensor, as most engine kernels do it."""
+
+        fn = add_kernel
+        name = "benchmarks.launch_overhead.AddTyped"
+
+        @attrs.frozen
+        class CompileKey:
+            dtype: str
+            n: int
+            block: int
+
+        def dispatch(self, *, dtype: Any, n: int, block: int = 1024) -> Any:
+            name = dtype if isinstance(dtype, str) else names[dtype]  # plain at warmup
+            return self.CompileKey(name, specialization_rep(n), block)
+
+        def warmup_args(self, key: Any) -> Any:
+            t = WarmupTensor(key.dtype, (max(key.n, 1),))
+            return (t, t, t, key.n), {"BLOCK": key.block}
+
+        def __call__(self, x: Any, y: Any, out: Any) -> None:
+            n = x.numel()
+            key = self.dispatch(dtype=x.dtype, n=n)
+            self.run(key, (triton.cdiv(n, key.block),), x, y, out, n, BLOCK=key.block)
+
     # (c): the vLLM-style wrapper: dispatch to a key, look up the launch config, fn[grid]
     configs: dict[tuple[int, int], dict[str, int]] = {}
 
@@ -128,9 +159,11 @@ def _run(args: argparse.Namespace) -> int:
     y = torch.randn(n, device=device)
     out = torch.empty_like(x)
     kernel = Add()
+    typed = AddTyped()
     reg = warmkit.WarmupRegistry()
     with reg.activate():
         kernel.register_warmup(n=n)
+        typed.register_warmup(dtype="float32", n=n)  # registrations hold plain data
     report = warmkit.warmup(warmkit.WarmupConfig(progress="off", monitor="warn"), registry=reg)
     configs[(specialization_rep(n), 1024)] = {"BLOCK": 1024}
     grid = (triton.cdiv(n, 1024),)
@@ -147,6 +180,7 @@ def _run(args: argparse.Namespace) -> int:
         ),
         "b_bare_fn_grid": lambda: add_kernel[grid](x, y, out, n, BLOCK=1024),
         "c_dispatch_dict_fn_grid": lambda: vllm_style(x, y, out),
+        "d_tritonkernel_dtype_numel": lambda: typed(x, y, out),
     }
     # correctness and warm-up of every path (first calls are not timed)
     for fn in paths.values():
@@ -166,6 +200,7 @@ def _run(args: argparse.Namespace) -> int:
             sync()
             samples[name].append((t1 - t0) / args.iters * 1e6)
     med = {k: statistics.median(v) for k, v in samples.items()}
+    cpu = _dispatch_cost(kernel, typed, x, n, args)
     base = med["b_bare_fn_grid"]
     ratios = {k: v / base for k, v in med.items()}
 
@@ -182,9 +217,14 @@ def _run(args: argparse.Namespace) -> int:
         "a2_tritonkernel_run_precomputed_key": "(a') kernel.run(key, ...), key precomputed",
         "b_bare_fn_grid": "(b) bare fn[grid](...)",
         "c_dispatch_dict_fn_grid": "(c) dispatch + dict lookup + fn[grid]",
+        "d_tritonkernel_dtype_numel": "(d) warmed call reading x.dtype, x.numel()",
     }
     for k, label in labels.items():
         print(f"{label:<42} {med[k]:>9.2f} {ratios[k]:>7.2f}x")
+    print()
+    print(f"{'CPU only: warmkit on the hot path':<42} {'us/call':>9}")
+    for k, v in cpu.items():
+        print(f"  {k:<40} {v:>9.3f}")
     if args.tiny:
         print("\n(--tiny: a smoke run; these numbers are not a measurement)")
     result = {
@@ -200,12 +240,50 @@ def _run(args: argparse.Namespace) -> int:
         "us_per_call_median": med,
         "us_per_call_runs": samples,
         "ratio_to_bare": ratios,
+        "cpu_us_per_call": cpu,
     }
     if args.out:
         with open(args.out, "w") as f:
             json.dump(result, f, indent=2)
         print(f"\nwrote {args.out}")
     return 0
+
+
+def _dispatch_cost(kernel: Any, typed: Any, x: Any, n: int, args: argparse.Namespace) -> dict:
+    """Median us per call of dispatch (memoized and not) and of the executor lookup, no launch."""
+    from warmkit import _memo
+
+    raw, raw_typed = _memo.raw_dispatch(type(kernel)), _memo.raw_dispatch(type(typed))
+    key = kernel.dispatch(n=n)
+    by_id, executors = type(kernel)._warmkit_by_id, type(kernel).executors
+
+    def lookup_by_id() -> None:
+        seen = by_id.get(id(key))
+        assert seen is not None and seen[0] is key
+
+    cases = {
+        "dispatch(n=), memoized": lambda: kernel.dispatch(n=n),
+        "dispatch(n=), unmemoized": lambda: raw(kernel, n=n),
+        "dispatch(dtype=x.dtype, n=x.numel()), memoized": lambda: typed.dispatch(
+            dtype=x.dtype, n=x.numel()
+        ),
+        "dispatch(dtype=x.dtype, n=x.numel()), unmemoized": lambda: raw_typed(
+            typed, dtype=x.dtype, n=x.numel()
+        ),
+        "executor lookup by key identity": lookup_by_id,
+        "executor lookup by key hash": lambda: executors[key],
+    }
+    iters = max(args.iters, 2000)
+    out = {}
+    for name, fn in cases.items():
+        runs = []
+        for _ in range(args.runs):
+            t0 = time.perf_counter()
+            for _ in range(iters):
+                fn()
+            runs.append((time.perf_counter() - t0) / iters * 1e6)
+        out[name] = statistics.median(runs)
+    return out
 
 
 if __name__ == "__main__":

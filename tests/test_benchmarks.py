@@ -22,9 +22,10 @@ SCRIPTS = [
     "first_launch.py",
     "autotune.py",
     "record_replay.py",
+    "scale.py",
 ]
 #: not benchmarks: shared helpers and workloads (synthetic_kernels.py has its own check below)
-HELPERS = {"_common.py", "synthetic_kernels.py"}
+HELPERS = {"_common.py", "synthetic_kernels.py", "plot_scale.py"}
 
 
 def test_every_script_is_smoke_tested():
@@ -79,3 +80,17 @@ def test_synthetic_manifest_has_32_distinct_triton_keys(tmp_path):
         opts = kernel.launch_options(key)
         triton_keys.add((dtypes, tuple(sorted(kwargs.items())), tuple(sorted(opts.items()))))
     assert len(keys) == 32 and len(triton_keys) == 32
+
+
+def test_plot_scale_writes_a_png(tmp_path):
+    """The B10 plot script draws the curve of a real (tiny) scale.py run."""
+    pytest.importorskip(
+        "matplotlib", reason="pip install 'warmkit[bench]' for benchmarks/plot_scale.py"
+    )
+    data = tmp_path / "scale.json"
+    run = [sys.executable, str(BENCH / "scale.py"), "--tiny", "--out", str(data)]
+    subprocess.run(run, cwd=tmp_path, capture_output=True, timeout=240, check=True)
+    png = tmp_path / "img" / "scale.png"
+    plot = [sys.executable, str(BENCH / "plot_scale.py"), str(data), str(png)]
+    subprocess.run(plot, cwd=tmp_path, capture_output=True, timeout=240, check=True)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

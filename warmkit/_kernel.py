@@ -25,11 +25,11 @@ from collections.abc import Hashable, Mapping
 from concurrent.futures import Future
 from typing import Any, ClassVar, Generic, TypeVar
 
-from . import _envs, monitor
+from . import _envs, _memo, monitor
 from ._backend import ReportsTuning, current_target, target_scope
 from ._exceptions import KernelDefinitionError
 from ._record import active_recorder, key_entry
-from ._space import DispatchInfo, expand
+from ._space import Choices, DispatchInfo, IntRange, ZipGroup, _names, expand
 
 __all__ = ["JitKernel"]
 
@@ -57,11 +57,15 @@ class JitKernel(Generic[K]):
         executors: read-only, live: key -> the executor compiled for this
             process's device. A backend's launch path may look a key up here
             first (one dict lookup) and call ``get_or_compile`` on a miss.
+        memoize_dispatch: answer ``dispatch`` calls on plain inputs from a
+            memo (``docs/kernel-contract.md``); None (default) = when its
+            source uses ``self`` only as ``self.CompileKey``.
     """
 
     backend: ClassVar[str | None] = None
     name: ClassVar[str] = "warmkit.JitKernel"
     max_points: ClassVar[int | None] = None
+    memoize_dispatch: ClassVar[bool | None] = None
 
     CompileKey: ClassVar[type]
     executors: ClassVar[Mapping[Any, Any]]
@@ -86,6 +90,7 @@ class JitKernel(Generic[K]):
             raise KernelDefinitionError(cls, "defines CompileKey but no dispatch(self, *, ...)")
         _check_key(cls, key_cls)
         cls._warmkit_dispatch_info = _analyse_dispatch(cls)
+        _memo.install(cls, cls._warmkit_memo_types())
         if cls.backend is None and cls.compile is JitKernel.compile:
             raise KernelDefinitionError(
                 cls,
@@ -117,7 +122,7 @@ class JitKernel(Generic[K]):
         cls = self._concrete()
         return expand(  # type: ignore[return-value]
             cls.name,
-            self.dispatch,
+            _memo.raw_dispatch(cls).__get__(self),  # planning must not fill the runtime memo
             cls._warmkit_dispatch_info,
             zip_groups,
             where,
@@ -225,6 +230,11 @@ class JitKernel(Generic[K]):
             cls._warmkit_target_executors.clear()
 
     # -- internals shared with warmkit.warmup ------------------------------------------
+
+    @classmethod
+    def _warmkit_memo_types(cls) -> frozenset[type]:
+        """Exact types, beyond plain scalars, that are immutable values a dispatch memo may key on."""
+        return frozenset()
 
     @classmethod
     def _concrete(cls) -> type[JitKernel[Any]]:
@@ -363,8 +373,6 @@ def check_registration(cls: Any, zip_groups: Any, space: Any) -> None:
             dispatch does not accept, or a value that is not plain immutable data.
         ValueError: a name given twice.
     """
-    from ._space import _names
-
     cls._warmkit_dispatch_info.check_names(cls.name, _names(zip_groups, space))
     for name, value in space.items():
         _check_plain(cls.name, name, value)
@@ -375,8 +383,6 @@ def check_registration(cls: Any, zip_groups: Any, space: Any) -> None:
 
 
 def _check_plain(kernel: str, name: str, value: Any, *, allow_space: bool = True) -> None:
-    from ._space import Choices, IntRange, ZipGroup
-
     # Exact types: a subclass (an IntEnum, a str Enum) would come back from a saved
     # manifest as its plain base and could dispatch differently on replay.
     if type(value) in _PLAIN_SCALARS:

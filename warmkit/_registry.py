@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 import attrs
 
 from ._exceptions import ManifestError, PluginLoadError
+from ._kernel import check_registration
 from ._record import (
     MANIFEST_FORMAT,
     MANIFEST_VERSION,
@@ -132,8 +133,6 @@ class WarmupRegistry:
             ValueError: a name given twice, or a kernel name already registered
                 by another class.
         """
-        from ._kernel import check_registration
-
         cls = kernel if isinstance(kernel, type) else type(kernel)
         cls._concrete()
         check_registration(cls, zip_groups, space)

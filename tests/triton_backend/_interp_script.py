@@ -36,4 +36,19 @@ o = torch.zeros_like(m)
 ScaleRows()(m, o, 0.5)
 assert torch.allclose(o, m * 0.5), "ScaleRows gave the wrong result"
 assert monitor.events() == (), monitor.events()
+
+# A memoized dispatch returns one key object per input, and run() finds its executor by
+# identity; an input of another specialization still reaches the monitor (exact, not stale).
+assert Add().dispatch(dtype="float32", n=1000) is Add().dispatch(dtype="float32", n=1000)
+for _ in range(3):
+    out.zero_()
+    Add()(x, y, out)
+    assert torch.equal(out, x + y), "Add gave the wrong result on the identity path"
+one = torch.ones(1)
+try:
+    Add()(one, one, torch.zeros(1))  # n=1: a specialization nobody warmed
+except warmkit.RuntimeCompileError as exc:
+    assert exc.kernel == Add.name, exc
+else:
+    raise AssertionError("n=1 launched without a runtime compile event")
 print("interpreter ok")
