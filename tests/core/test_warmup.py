@@ -720,6 +720,6 @@ def test_report_to_json_one_entry_per_line(keys):
     report = warmkit.warmup(cfg(jobs=1), reg)
     text = report.to_json()
     assert json.loads(text) == report.to_dict()
-    entry_lines = [line for line in text.splitlines() if line.lstrip().startswith('{"kernel"')]
+    entry_lines = [line for line in text.splitlines() if line.startswith("    {")]
     assert len(entry_lines) == keys
     assert json.loads(report.to_json(indent=4)) == report.to_dict()
