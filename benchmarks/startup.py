@@ -67,6 +67,12 @@ def child(argv: list[str]) -> int:
     p.add_argument("--jobs", type=int, default=1)
     a = p.parse_args(argv)
     t0 = time.perf_counter()
+    if (
+        os.environ.get("STARTUP_PREPARE") == "1"
+    ):  # B1: workers start with the engine (docs/performance.md)
+        import warmkit
+
+        warmkit.prepare(a.jobs)
     cuda_init_s = 0.0
     try:
         import torch  # a serving process has it loaded (and its CUDA context) before warming up

@@ -36,6 +36,7 @@ from ._exceptions import (
     RuntimeCompileError,
     WarmkitError,
     WarmupError,
+    WorkerDiedError,
 )
 from ._kernel import JitKernel
 from ._record import (
@@ -55,6 +56,7 @@ from ._registry import (
 )
 from ._space import Choices, DispatchInfo, IntRange, ZipGroup, zip_inputs
 from ._warmup import ReportEntry, WarmupConfig, WarmupReport, warmup
+from ._workers import ProcessCompiles, prepare
 
 __version__ = "0.1.0"
 
@@ -78,6 +80,7 @@ __all__ = [
     "MonitorHooks",
     "PluginFailure",
     "PluginLoadError",
+    "ProcessCompiles",
     "RecordReplay",
     "RecordedEntry",
     "Recorder",
@@ -93,6 +96,7 @@ __all__ = [
     "WarmupError",
     "WarmupRegistry",
     "WarmupReport",
+    "WorkerDiedError",
     "ZipGroup",
     "__version__",
     "activate",
@@ -105,6 +109,7 @@ __all__ = [
     "install_bundle",
     "metrics",
     "monitor",
+    "prepare",
     "read_recorded",
     "start_recording",
     "stop_recording",

@@ -92,6 +92,12 @@ ENVIRONMENT: dict[str, EnvVar] = {
     "WARMKIT_JOBS": EnvVar(
         None, _opt_int, "WarmupConfig.jobs: parallel compiles; unset/auto = CPU count."
     ),
+    # Compile worker processes (warmkit._workers): auto = when they pay (>= 4 jobs, >= 2 keys each).
+    "WARMKIT_COMPILE_PROCESSES": EnvVar(
+        "auto",
+        _choice("auto", "on", "off"),
+        "Compile worker processes: auto (when they pay), on, or off (threads only).",
+    ),
     # Compile for a declared target instead of this device, e.g. cuda:90 on a CPU-only host.
     "WARMKIT_TARGET": EnvVar(
         None, _opt_str, "WarmupConfig.target: e.g. cuda:90; unset = the current device."

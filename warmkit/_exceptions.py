@@ -9,7 +9,8 @@ WarmkitError
 ├── BackendUnavailableError (RuntimeError) a backend is missing or cannot run here
 ├── BackendNotImplementedError (NotImplementedError)  a stub backend was asked to compile
 ├── WarmupError (RuntimeError)             a compile failed during warmup
-└── RuntimeCompileError (RuntimeError)     a compile after warmup, in monitor "error" mode
+├── RuntimeCompileError (RuntimeError)     a compile after warmup, in monitor "error" mode
+└── WorkerDiedError (RuntimeError)         a compile worker process died on one key
 ```
 
 Each error carries the object it is about as attributes (kernel, key, plugin,
@@ -32,6 +33,7 @@ __all__ = [
     "RuntimeCompileError",
     "WarmkitError",
     "WarmupError",
+    "WorkerDiedError",
 ]
 
 
@@ -251,4 +253,24 @@ class RuntimeCompileError(WarmkitError, RuntimeError):
             "after warmup. Add this variant to the kernel's registrations or manifest, "
             "wrap a legitimate lazy compile in warmkit.monitor.allow(reason), "
             "or set the monitor to 'warn'."
+        )
+
+
+class WorkerDiedError(WarmkitError, RuntimeError):
+    """A compile worker process died while compiling one key (``docs/performance.md``).
+
+    Attributes:
+        kernel: the kernel's name.
+        key: the compile key.
+        exitcode: the worker's exit code (negative: the signal), if known.
+    """
+
+    def __init__(self, kernel: str, key: Any, exitcode: int | None, detail: str) -> None:
+        self.kernel = kernel
+        self.key = key
+        self.exitcode = exitcode
+        super().__init__(
+            f"kernel {kernel!r} key {key!r}: the compile worker process died (exit code "
+            f"{exitcode}) while compiling it: {detail}. The compiler crashes on this key; "
+            "WARMKIT_COMPILE_PROCESSES=off compiles in-process (where a crash stops the warmup)"
         )

@@ -560,6 +560,7 @@ class _Run:
 
             self._bar = tqdm(total=total, desc="warmkit warmup", unit="key", file=sys.stderr)
         self._per_kernel: dict[str, float] = {}
+        self._procs: Any = None
 
     def close(self) -> None:
         if self._bar is not None:
@@ -606,8 +607,20 @@ class _Run:
             workers = max(1, min(self.jobs, backend.parallelism(target)))
             scope = backend.compile_scope(target, workers)
         workers = min(workers, len(items))
+        self._procs = None
+        if backend_name is not None:
+            from ._workers import worker_pool
+
+            self._procs = worker_pool(backend, target, len(items), workers)
         with scope if scope is not None else nullcontext():
             self._compile(backend_name, items, target, workers)
+
+    def _in_worker(self, kernel: Any, key: Any, target: str | None) -> str | None:
+        """Compile ``key`` in a worker process first, if this group uses them (``_workers``)."""
+        procs = self._procs
+        if procs is None or (target is None and key in kernel.executors):
+            return None
+        return procs.compile(kernel, key)
 
     def _compile(
         self,
@@ -620,6 +633,7 @@ class _Run:
             t0 = time.perf_counter()
             name = type(kernel).name
             try:
+                in_worker = self._in_worker(kernel, key, target)
                 executor, cached = kernel._warmkit_compile(key, target)
             except Exception as exc:  # noqa: BLE001 -- reported as this backend's keys' failure
                 return ReportEntry(
@@ -630,6 +644,8 @@ class _Run:
                 if cached or (isinstance(executor, ReportsCacheHit) and executor.cache_hit is True)
                 else "compiled"
             )
+            if in_worker == "compiled":  # the parent's compile was the worker's cache hit
+                status = "compiled"
             tuning = executor.tuning if isinstance(executor, ReportsTuning) else None
             return ReportEntry(
                 name,

@@ -42,6 +42,7 @@ VALID = {
     "WARMKIT_RANK": [("0", 0), ("3", 3), (" 7 ", 7)],
     "WARMKIT_RECORD": [("run-{rank}.json", "run-{rank}.json"), ("", None)],
     "WARMKIT_MANIFEST": [(" m.json ", "m.json"), ("", None)],
+    "WARMKIT_COMPILE_PROCESSES": [("auto", "auto"), (" ON ", "on"), ("off", "off")],
 }
 
 INVALID = {
@@ -53,6 +54,7 @@ INVALID = {
     "WARMKIT_MAX_POINTS": ["0", "lots"],
     "WARMKIT_RANK": ["first"],
     "WARMKIT_COMPILE_TIMEOUT": ["0", "-1", "soon"],
+    "WARMKIT_COMPILE_PROCESSES": ["threads", ""],
 }
 
 FIELD_VARS = {f.name: f"WARMKIT_{f.name.upper()}" for f in attrs.fields(WarmupConfig)}

@@ -120,3 +120,24 @@ def raw_mul_kernel(x, out, n, factor, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
     tl.store(out + offs, tl.load(x + offs, mask=mask) * factor, mask=mask)
+
+
+class WorkerAdd(Add):
+    """Add, for the compile-worker tests: records which process built the launch, and the
+    key with ``block=13 * 16`` kills a worker process (never the parent)."""
+
+    name = "tests.WorkerAdd"
+    #: where warmup_args appends "<pid>" (set through the environment, so workers see it)
+    PIDS_ENV = "TEST_WORKER_PIDS_FILE"
+
+    def warmup_args(self, key):
+        import multiprocessing
+        import os
+
+        path = os.environ.get(self.PIDS_ENV)
+        if path:
+            with open(path, "a") as f:
+                f.write(f"{os.getpid()}\n")
+        if key.block == 13 * 16 and multiprocessing.parent_process() is not None:
+            os._exit(9)  # a crash inside the compiler, in a worker
+        return super().warmup_args(key)

@@ -180,6 +180,22 @@ class TritonBackend:
         """Compiles worth running at once: one per CPU core (Triton releases the GIL), at most 32."""
         return max(1, min(os.cpu_count() or 1, 32))
 
+    def worker_target(self, target: str | None) -> str | None:
+        """What a compile worker process compiles for, so that this process's compile hits its entry.
+
+        Ahead of time for the device's own target (the hash of an AOT compile equals
+        a device compile's, ``docs/triton.md``) or for ``target``, into the shared
+        Triton cache. None inside ``cache_scope`` (a worker would not see the
+        redirect) and under the interpreter.
+        """
+        if self._redirects:
+            return None
+        if target is None:
+            target = self.default_target()
+        if target is None or target == INTERPRETER:
+            return None
+        return self.canonical_target(target)
+
     # -- compiling ---------------------------------------------------------------------------
 
     @contextlib.contextmanager

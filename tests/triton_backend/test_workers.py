@@ -1,0 +1,91 @@
+"""Compile worker processes (warmkit._workers) with real Triton compiles for cuda:90 on this CPU host."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+import warmkit
+from warmkit import _workers
+
+from ._kernels import WorkerAdd
+
+TARGET = "cuda:90"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _stop_workers():
+    yield
+    _workers.shutdown()  # one pool for the module: spawning imports torch and Triton
+
+
+@pytest.fixture
+def pids(tmp_path, monkeypatch):
+    path = tmp_path / "pids.txt"
+    monkeypatch.setenv(WorkerAdd.PIDS_ENV, str(path))
+    WorkerAdd.clear_executors()
+    return path
+
+
+def _read(path):
+    return {int(p) for p in path.read_text().split()} if path.exists() else set()
+
+
+def _registry(blocks):
+    reg = warmkit.WarmupRegistry()
+    reg.add(WorkerAdd, dtype="float32", n=4096, block=list(blocks))
+    return reg
+
+
+def _warmup(reg, **kw):
+    return warmkit.warmup(
+        warmkit.WarmupConfig(target=TARGET, progress="off", monitor="off", **kw), reg
+    )
+
+
+def test_processes_compile_into_the_shared_cache_and_the_parent_hits(pids, monkeypatch):
+    monkeypatch.setenv("WARMKIT_COMPILE_PROCESSES", "on")
+    report = _warmup(_registry([32, 64, 128, 256]), jobs=2)
+    assert [e.status for e in report.entries] == ["compiled"] * 4, report.table()
+    workers = _read(pids) - {os.getpid()}
+    assert workers, "no key was compiled in a worker process"
+    # the parent's own compile of each key found the worker's entry: a second process-free
+    # warmup in this process (executors dropped) is all disk hits
+    WorkerAdd.clear_executors()
+    monkeypatch.setenv("WARMKIT_COMPILE_PROCESSES", "off")
+    again = _warmup(_registry([32, 64, 128, 256]), jobs=1)
+    assert [e.status for e in again.entries] == ["cached"] * 4
+
+
+def test_a_worker_that_dies_fails_that_key_only_and_never_hangs(pids, monkeypatch):
+    monkeypatch.setenv("WARMKIT_COMPILE_PROCESSES", "on")
+    with pytest.raises(warmkit.WarmupError) as info:
+        _warmup(_registry([32, 13 * 16, 64]), jobs=2, on_error="collect")
+    report = info.value.report
+    by_block = {e.key.block: e for e in report.entries}
+    dead = by_block[13 * 16]
+    assert dead.status == "failed" and isinstance(dead.exception, warmkit.WorkerDiedError)
+    assert "exit code 9" in dead.error and "tests.WorkerAdd" in dead.error
+    assert by_block[32].status == "compiled" and by_block[64].status == "compiled"
+    # the pool replaced the dead worker: the next warmup still uses processes
+    report = _warmup(_registry([512]), jobs=2)
+    assert report.entries[0].status == "compiled"
+
+
+def test_auto_keeps_two_keys_on_two_jobs_on_threads(pids):
+    _workers.shutdown()  # auto mode uses a pool that is already started
+    report = _warmup(_registry([32, 64]), jobs=2)
+    assert [e.status for e in report.entries] == ["compiled"] * 2
+    assert _read(pids) == {os.getpid()}
+    assert _workers._pool is None
+
+
+def test_no_workers_inside_a_cache_scope(tmp_path):
+    from warmkit_triton import TritonBackend
+
+    backend = TritonBackend()
+    assert backend.worker_target(TARGET) == TARGET
+    with backend.cache_scope(tmp_path / "redirected"):
+        assert backend.worker_target(TARGET) is None
+        assert _workers.worker_pool(backend, TARGET, keys=100, jobs=8) is None

@@ -1,0 +1,219 @@
+"""Compile worker processes: cold compiles that scale with cores past the GIL.
+
+Threads stop scaling at about 3x: a compiler's frontend and the Python glue
+around its passes hold the GIL. A backend that can compile ahead of time into
+a cache shared by processes (``ProcessCompiles``) lets warmup hand each key to
+a worker process first: the worker compiles it for the backend's
+``worker_target`` into the shared cache, then the parent's own compile of the
+key is a cache hit (it loads the result, builds what the device needs, and
+reports the key).
+
+* Workers are spawned (never forked: the parent may hold a CUDA context and
+  threads) and reused: ``warmkit.prepare()`` starts them early, so their
+  imports (the DSL, the kernels' modules) overlap with the engine's startup
+  instead of the warmup.
+* A worker that dies (a crash in a compiler, an OOM kill) fails that key only,
+  with the exit code in its error; the pool replaces the worker (``pebble``).
+  A worker that raises is no failure by itself: the parent compiles the key
+  in-process and reports what that does.
+* Processes are used when they pay: a started pool, or ``jobs >= 4`` and at
+  least two keys per job. Two keys on two cores stay on threads.
+  ``WARMKIT_COMPILE_PROCESSES`` = ``auto`` (default), ``on`` or ``off``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import importlib
+import importlib.util
+import logging
+import multiprocessing
+import os
+import pickle
+import threading
+from typing import Any, Protocol, runtime_checkable
+
+from . import _envs
+from ._backend import ReportsCacheHit, target_scope
+from ._exceptions import WorkerDiedError
+
+__all__ = ["ProcessCompiles", "prepare", "shutdown", "worker_pool"]
+
+logger = logging.getLogger(__name__)
+
+#: Auto mode uses processes from this many parallel jobs on.
+MIN_JOBS = 4
+#: ... and when there are at least this many keys per job.
+MIN_KEYS_PER_JOB = 2
+
+_lock = threading.Lock()
+_pool: Any = None
+_pool_size = 0
+_atexit_registered = False
+
+
+@runtime_checkable
+class ProcessCompiles(Protocol):
+    """A backend whose ahead-of-time compiles in another process are hits for its own compile."""
+
+    def worker_target(self, target: str | None) -> str | None:
+        """The target a worker compiles for so that this process's compile for ``target`` hits.
+
+        None when that is not possible now (no shared cache, a redirected cache).
+        """
+        ...
+
+
+def _initializer(modules: list[str]) -> None:
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except Exception as exc:  # noqa: BLE001 -- the compile names what is missing
+            logger.debug("compile worker: import %s failed: %s", name, exc)
+
+
+_classes: dict[str, type] = {}
+
+
+def _compile_in_worker(ref: str, key_blob: bytes, target: str, env: dict[str, str]) -> str:
+    """In the worker: compile one key for ``target``; returns ``compiled`` or ``cached``.
+
+    ``env`` is the parent's environment now: a worker started earlier must use the
+    cache directory (``TRITON_CACHE_DIR`` ...) and settings the parent uses today.
+    """
+    from ._plugins import load_kernel
+
+    if env != os.environ:
+        for name in set(os.environ) - set(env):
+            del os.environ[name]
+        os.environ.update(env)
+
+    cls = _classes.get(ref)
+    if cls is None:
+        cls = _classes[ref] = load_kernel(ref)
+    key = pickle.loads(key_blob)  # our own parent's key
+    # Never from this process's memory: the point is the entry in the shared cache,
+    # whose directory may have changed since this worker compiled the key last.
+    with target_scope(target):
+        executor = cls().compile(key)
+    hit = isinstance(executor, ReportsCacheHit) and executor.cache_hit is True
+    return "cached" if hit else "compiled"
+
+
+def _ping() -> int:
+    return os.getpid()
+
+
+def _default_modules() -> list[str]:
+    return [m for m in ("torch", "triton") if importlib.util.find_spec(m) is not None]
+
+
+def prepare(jobs: int | None = None, modules: list[str] | None = None) -> int:
+    """Start the compile worker processes now, in the background; returns how many.
+
+    Call it early (before building the engine): the workers import the DSL
+    meanwhile, so a later ``warmkit.warmup`` finds them ready. Idempotent.
+
+    Args:
+        jobs: how many workers; default ``WARMKIT_JOBS``, else the number of CPUs.
+        modules: what each worker imports at start; default torch and Triton if installed.
+    """
+    global _pool, _pool_size, _atexit_registered
+    size = jobs or _envs.get("WARMKIT_JOBS") or os.cpu_count() or 1
+    from pebble import ProcessPool
+
+    with _lock:
+        if _pool is not None and _pool_size >= size:
+            return _pool_size
+        if _pool is not None:
+            _pool.close()
+        _pool = ProcessPool(
+            max_workers=size,
+            initializer=_initializer,
+            initargs=(modules if modules is not None else _default_modules(),),
+            context=multiprocessing.get_context("spawn"),
+        )
+        _pool_size = size
+        if not _atexit_registered:
+            atexit.register(shutdown)  # workers end with the process, never outlive it
+            _atexit_registered = True
+        for _ in range(size):
+            _pool.schedule(_ping)  # start every worker now, not at the first key
+    logger.info("warmkit: %d compile worker process(es) starting", size)
+    return size
+
+
+def shutdown() -> None:
+    """Stop the compile workers (idempotent)."""
+    global _pool, _pool_size
+    with _lock:
+        pool, _pool, _pool_size = _pool, None, 0
+    if pool is not None:
+        pool.close()
+        pool.join()
+
+
+def worker_pool(backend: Any, target: str | None, keys: int, jobs: int) -> _Workers | None:
+    """The worker processes for one backend group, or None to compile on threads."""
+    mode = _envs.get("WARMKIT_COMPILE_PROCESSES")
+    if mode == "off" or jobs < 2 or not isinstance(backend, ProcessCompiles):
+        return None
+    worker_target = backend.worker_target(target)
+    if worker_target is None:
+        return None
+    if mode == "auto" and _pool is None and (jobs < MIN_JOBS or keys < MIN_KEYS_PER_JOB * jobs):
+        return None
+    if importlib.util.find_spec("pebble") is None:
+        logger.warning("compile worker processes need pebble (pip install pebble); using threads")
+        return None
+    prepare(jobs)
+    return _Workers(_pool, worker_target)
+
+
+class _Workers:
+    """Submits keys to the pool and turns a worker's death into that key's error."""
+
+    def __init__(self, pool: Any, target: str) -> None:
+        self._pool = pool
+        self.target = target
+        self._refs: dict[type, str] = {}
+
+    def submit(self, kernel: Any, key: Any) -> Any:
+        from ._plugins import kernel_ref
+
+        cls = type(kernel)
+        ref = self._refs.get(cls)
+        if ref is None:  # an entry-point scan: once per kernel class
+            ref = self._refs[cls] = kernel_ref(cls)
+        args = (ref, pickle.dumps(key), self.target, dict(os.environ))
+        return self._pool.schedule(_compile_in_worker, args=args)
+
+    def compile(self, kernel: Any, key: Any) -> str | None:
+        """``compiled``/``cached`` when a worker compiled ``key``; None if the parent must compile it.
+
+        Raises:
+            WorkerDiedError: the worker process died on this key.
+        """
+        try:
+            future = self.submit(kernel, key)
+        except Exception as exc:  # noqa: BLE001 -- a pool that cannot take work: compile here
+            logger.warning("compile workers unavailable (%s); compiling in-process", exc)
+            return None
+        return self.outcome(future, kernel, key)
+
+    @staticmethod
+    def outcome(future: Any, kernel: Any, key: Any) -> str | None:
+        """``compiled``/``cached`` from the worker; None if the parent must compile it itself.
+
+        Raises:
+            WorkerDiedError: the worker process died on this key.
+        """
+        from pebble import ProcessExpired
+
+        try:
+            return future.result()
+        except ProcessExpired as exc:
+            raise WorkerDiedError(type(kernel).name, key, exc.exitcode, str(exc)) from exc
+        except Exception as exc:  # noqa: BLE001 -- the parent's compile reports it
+            logger.debug("compile worker: %s %r: %s; compiling in-process", kernel, key, exc)
+            return None
