@@ -67,9 +67,8 @@ def child(argv: list[str]) -> int:
     p.add_argument("--jobs", type=int, default=1)
     a = p.parse_args(argv)
     t0 = time.perf_counter()
-    if (
-        os.environ.get("STARTUP_PREPARE") == "1"
-    ):  # B1: workers start with the engine (docs/performance.md)
+    # B1: with STARTUP_PREPARE=1 the compile workers start with the engine (docs/performance.md)
+    if os.environ.get("STARTUP_PREPARE") == "1" and a.jobs > 1:
         import warmkit
 
         warmkit.prepare(a.jobs)
