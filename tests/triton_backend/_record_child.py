@@ -107,4 +107,5 @@ if __name__ == "__main__":
     if wk is not None:  # imported by warmkit's startup hook, not by this script
         kinds = [e.kind for e in wk.monitor.events()]
         print("EVENTS " + ",".join(kinds), file=sys.stderr)
-    raise SystemExit(3 if refused and "refuse" in sys.argv else 0)
+    # 3: refused as expected ("refuse"); 4: a compile failed that nobody expected to
+    raise SystemExit((3 if "refuse" in sys.argv else 4) if refused else 0)
