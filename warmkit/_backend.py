@@ -263,11 +263,21 @@ def missing_members(obj: Any, protocol: type) -> list[str]:
 
 
 class _StubBackend:
-    """A placeholder for a DSL that warmkit will support; it says so at runtime."""
+    """A placeholder for a DSL whose warmkit plugin is not installed; it says so at runtime.
+
+    The plugin distribution (``plugin``) publishes the same entry-point name
+    and replaces the stub when installed (see ``_plugins.discover``).
+    """
 
     name: str
     module: str
     distribution: str
+    plugin: str
+    extra: str
+
+    def install_hint(self) -> str:
+        """The command that installs the real backend, DSL included."""
+        return f"pip install '{self.plugin}[{self.extra}]'"
 
     def available(self) -> BackendStatus:
         import importlib.metadata
@@ -276,16 +286,23 @@ class _StubBackend:
         if importlib.util.find_spec(self.module) is None:
             return BackendStatus(
                 ok=False,
-                reason=f"{self.distribution} is not installed (module {self.module!r} not found)",
-                install_hint=f"pip install {self.distribution}",
+                reason=(
+                    f"stub: the {self.plugin} plugin is not installed, and neither is "
+                    f"{self.distribution} (module {self.module!r} not found)"
+                ),
+                install_hint=self.install_hint(),
             )
         try:
             version = importlib.metadata.version(self.distribution)
         except importlib.metadata.PackageNotFoundError:
             version = None
         return BackendStatus(
-            ok=True,
-            reason=f"stub: warmkit cannot compile {self.name} kernels yet",
+            ok=False,
+            reason=(
+                f"stub: {self.distribution} is installed, but warmkit cannot compile {self.name} "
+                f"kernels without the {self.plugin} plugin"
+            ),
+            install_hint=self.install_hint(),
             version=version,
         )
 
@@ -302,22 +319,26 @@ class _StubBackend:
         raise BackendNotImplementedError(
             self.name,
             f"the {self.name!r} backend is a stub: warmkit cannot compile kernel "
-            f"{getattr(kernel, 'name', kernel)!r} key {key!r} yet. Override compile() in the "
-            "kernel wrapper, or publish a real backend under this entry-point name.",
+            f"{getattr(kernel, 'name', kernel)!r} key {key!r} without the {self.plugin} plugin. "
+            f"Install it ({self.install_hint()}), or override compile() in the kernel wrapper.",
         )
 
 
 class TileLangStubBackend(_StubBackend):
-    """Stub backend ``tilelang``: reports availability, cannot compile yet."""
+    """Stub backend ``tilelang``: stands in until ``warmkit-tilelang`` is installed; cannot compile."""
 
     name = "tilelang"
     module = "tilelang"
     distribution = "tilelang"
+    plugin = "warmkit-tilelang"
+    extra = "tilelang"
 
 
 class CuteDSLStubBackend(_StubBackend):
-    """Stub backend ``cutedsl`` (NVIDIA CUTLASS CuTe DSL): reports availability, cannot compile yet."""
+    """Stub backend ``cutedsl`` (CuTe DSL): stands in until ``warmkit-cutedsl`` is installed; cannot compile."""
 
     name = "cutedsl"
     module = "cutlass"
     distribution = "nvidia-cutlass-dsl"
+    plugin = "warmkit-cutedsl"
+    extra = "cutedsl"

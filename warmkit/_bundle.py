@@ -18,8 +18,10 @@ A backend supports bundles by providing, besides the core interface:
     the fields that must match between the building and the installing host;
 ``cache_dir() -> pathlib.Path``
     where the runtime looks entries up;
-``cache_scope(directory) -> ContextManager``
-    redirect the persistent cache to ``directory`` while a bundle is built;
+``cache_scope(directory) -> ContextManager[Path | None]``
+    redirect the persistent cache to ``directory`` while a bundle is built; it
+    yields the directory whose children are the entries (None = ``directory``),
+    the same layout ``cache_dir()`` names on the installing host;
 ``relocate_cache_entry(staged: Path, final: Path) -> None``
     rewrite whatever in ``staged`` refers to its own location, for ``final``.
 
@@ -143,7 +145,11 @@ def build_bundle(
         with contextlib.ExitStack() as stack:
             for b, backend in backends.items():
                 roots[b].mkdir()
-                stack.enter_context(backend.cache_scope(roots[b]))
+                # A backend may keep its entries below the directory it was given
+                # (TileLang: <dir>/<version>/<os-arch>/kernels): it yields where they go.
+                entries_root = stack.enter_context(backend.cache_scope(roots[b]))
+                if entries_root is not None:
+                    roots[b] = Path(entries_root)
             for cls in classes.values():
                 cls.clear_executors()  # in-memory executors would skip the cache
             report = warmup(

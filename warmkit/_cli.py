@@ -223,6 +223,8 @@ def _cmd_list(args: argparse.Namespace) -> int:
             row |= {"available": False, "version": None, "reason": str(exc), "install_hint": None}
         if info.conflicts:
             row["conflicts"] = list(info.conflicts)
+        if info.replaces:
+            row["replaces"] = info.replaces
         backends.append(row)
     kernels = [
         {

@@ -11,7 +11,9 @@ Rules:
 * ``WARMKIT_PLUGINS``: comma-separated allow-list of entry-point names; unset
   means every plugin, empty means none.
 * One name provided by two distributions is a conflict: loading it raises
-  ``PluginLoadError`` naming both.
+  ``PluginLoadError`` naming both. The one intended exception: a plugin
+  distribution that provides a name the core registers as a stub backend
+  (``tilelang``, ``cutedsl``) replaces the stub; ``PluginInfo.replaces`` says so.
 * Load failures are collected into ``PluginLoadError`` (name, distribution,
   version, cause); listing never raises.
 """
@@ -52,9 +54,14 @@ KERNELS_GROUP = "warmkit.kernels"
 #: What to install for backends that warmkit knows of but that may be missing.
 INSTALL_HINTS = {
     "triton": "pip install warmkit-triton",
-    "tilelang": "pip install tilelang",
-    "cutedsl": "pip install nvidia-cutlass-dsl",
+    "tilelang": "pip install 'warmkit-tilelang[tilelang]'",
+    "cutedsl": "pip install 'warmkit-cutedsl[cutedsl]'",
 }
+
+#: The core's stub backends (``pyproject.toml``), which a plugin of the same name replaces.
+_CORE_STUBS = frozenset(
+    {"warmkit._backend:TileLangStubBackend", "warmkit._backend:CuteDSLStubBackend"}
+)
 
 _lock = threading.RLock()
 _backends: dict[str, Any] = {}
@@ -77,6 +84,7 @@ class PluginInfo:
         distribution: the providing distribution's name, if known.
         version: its version, if known.
         conflicts: the other distributions providing the same name, if any.
+        replaces: the core stub this plugin replaces (``module:attr``), if any.
     """
 
     name: str
@@ -85,6 +93,7 @@ class PluginInfo:
     distribution: str | None
     version: str | None
     conflicts: tuple[str, ...] = ()
+    replaces: str | None = None
 
     def entry_point(self) -> importlib.metadata.EntryPoint:
         return importlib.metadata.EntryPoint(self.name, self.value, self.group)
@@ -136,12 +145,26 @@ def discover(group: str, *, honour_allow_list: bool = True) -> list[PluginInfo]:
         if allowed is not None and name not in allowed:
             continue
         infos = by_name[name]
+        stubs = [i for i in infos if _is_core_stub(i)]
+        if stubs and len(infos) - len(stubs) == 1:
+            # A plugin distribution replacing the core's stub: intended, not a conflict.
+            (plugin,) = (i for i in infos if not _is_core_stub(i))
+            infos = [attrs.evolve(plugin, replaces=stubs[0].value)]
         first = infos[0]
         if len(infos) > 1:
             others = tuple(f"{i.distribution} {i.version} ({i.value})" for i in infos)
             first = attrs.evolve(first, conflicts=others)
         out.append(first)
     return out
+
+
+def _is_core_stub(info: PluginInfo) -> bool:
+    """An entry point of the core distribution naming one of its stub backends."""
+    return (
+        info.group == BACKENDS_GROUP
+        and info.distribution == "warmkit"
+        and info.value.replace(" ", "") in _CORE_STUBS
+    )
 
 
 def _dist_name(dist: Any) -> str | None:

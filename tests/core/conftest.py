@@ -35,6 +35,19 @@ def _isolate(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     _kernels.reset()
 
 
+@pytest.fixture
+def core_stubs() -> Iterator[None]:
+    """The core's ``tilelang``/``cutedsl`` stubs loaded, even where their real plugins are installed."""
+    from warmkit._backend import CuteDSLStubBackend, TileLangStubBackend
+    from warmkit.testing import backend_override
+
+    with (
+        backend_override("tilelang", TileLangStubBackend()),
+        backend_override("cutedsl", CuteDSLStubBackend()),
+    ):
+        yield
+
+
 class PluginSite:
     """A directory on ``sys.path`` holding hand-made distributions (``*.dist-info``) and modules.
 

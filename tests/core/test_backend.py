@@ -16,12 +16,17 @@ from . import _kernels
 from ._kernels import FakeBackend, ScaleKernel
 
 STUBS = [
-    ("tilelang", backend_module.TileLangStubBackend, "tilelang", "pip install tilelang"),
+    (
+        "tilelang",
+        backend_module.TileLangStubBackend,
+        "tilelang",
+        "pip install 'warmkit-tilelang[tilelang]'",
+    ),
     (
         "cutedsl",
         backend_module.CuteDSLStubBackend,
         "cutlass",
-        "pip install nvidia-cutlass-dsl",
+        "pip install 'warmkit-cutedsl[cutedsl]'",
     ),
 ]
 
@@ -58,27 +63,33 @@ def present(plugin_site):
 
 
 @pytest.mark.parametrize(("name", "cls", "module", "hint"), STUBS)
-def test_stub_reports_unavailable_with_the_pip_command_when_missing(hide, name, cls, module, hint):
+def test_stub_reports_unavailable_with_the_plugin_install_command_when_missing(
+    hide, name, cls, module, hint
+):
     hide.add(module)
     status = cls().available()
     assert status == BackendStatus(ok=False, reason=status.reason, install_hint=hint)
-    assert module in status.reason
+    assert module in status.reason and status.reason.startswith("stub:")
+    assert cls.plugin in status.reason and cls.plugin in hint
     assert cls().name == name
 
 
 @pytest.mark.parametrize(("name", "cls", "module", "hint"), STUBS)
-def test_stub_is_available_but_cannot_compile_when_present(present, name, cls, module, hint):
+def test_stub_with_its_dsl_present_is_still_unavailable_and_cannot_compile(
+    present, name, cls, module, hint
+):
     present(module, dist=cls.distribution, version="0.1.5")
     stub = cls()
     status = stub.available()
-    assert status.ok is True
-    assert "stub" in status.reason
+    assert status.ok is False
+    assert status.reason.startswith("stub:") and cls.plugin in status.reason
+    assert status.install_hint == hint
     assert status.version == "0.1.5"
     with pytest.raises(BackendNotImplementedError) as info:
         stub.compile(ScaleKernel(), ScaleKernel.CompileKey(1, "f16"), None)
     err = info.value
     assert err.backend == name
-    assert "stub" in str(err) and ScaleKernel.name in str(err)
+    assert "stub" in str(err) and ScaleKernel.name in str(err) and hint in str(err)
     assert isinstance(err, NotImplementedError) and isinstance(err, warmkit.WarmkitError)
 
 
@@ -89,8 +100,13 @@ def test_stub_without_distribution_metadata_has_no_version(present):
 
 @pytest.mark.parametrize(("name", "cls", "module", "hint"), STUBS)
 def test_stubs_are_entry_points_of_the_core_and_full_backends(name, cls, module, hint):
-    stub = plugins.get_backend(name)
-    assert type(stub) is cls
+    (info,) = [i for i in plugins.discover(plugins.BACKENDS_GROUP) if i.name == name]
+    if info.distribution == cls.plugin:  # the real plugin is installed and replaces the stub
+        assert info.replaces == f"{cls.__module__}:{cls.__qualname__}" and not info.conflicts
+        stub = cls()
+    else:
+        stub = plugins.get_backend(name)
+        assert type(stub) is cls
     assert isinstance(stub, warmkit.Backend)
     assert stub.default_target() is None
     assert stub.parallelism(None) == 1
@@ -108,22 +124,21 @@ def _tile_registry():
     return Tile, reg
 
 
-def test_warmup_of_a_missing_stub_names_kernel_backend_and_pip_command(hide):
+def test_warmup_of_a_missing_stub_names_kernel_backend_and_pip_command(hide, core_stubs):
     hide.add("tilelang")
     tile, reg = _tile_registry()
     with pytest.raises(WarmupError) as info:
         warmkit.warmup(WarmupConfig(progress="off"), reg)
     msg = str(info.value)
-    assert tile.name in msg and "'tilelang'" in msg and "pip install tilelang" in msg
+    assert tile.name in msg and "'tilelang'" in msg and "warmkit-tilelang[tilelang]" in msg
 
 
-def test_warmup_of_a_present_stub_says_it_is_a_stub(present):
+def test_warmup_of_a_present_stub_says_it_is_a_stub(present, core_stubs):
     present("tilelang")
     _tile, reg = _tile_registry()
     with pytest.raises(WarmupError) as info:
         warmkit.warmup(WarmupConfig(progress="off", target="sm_90"), reg)
-    assert isinstance(info.value.__cause__, BackendNotImplementedError)
-    assert "stub" in str(info.value)
+    assert "stub" in str(info.value) and "warmkit-tilelang" in str(info.value)
 
 
 # -- the target context and the default compile --------------------------------------------

@@ -62,9 +62,9 @@ def test_list_json_shows_backends_with_availability_version_and_distribution(cap
     assert fake["distribution_version"] == "2.0"
     assert fake["entry_point"] == f"{_kernels.__name__}:FakeBackend"
     tile = backends["tilelang"]
-    assert tile["distribution"] == "warmkit"
+    assert tile["distribution"] in ("warmkit", "warmkit-tilelang")  # the stub, or its plugin
     if not tile["available"]:
-        assert tile["install_hint"] == "pip install tilelang"
+        assert tile["install_hint"] == "pip install 'warmkit-tilelang[tilelang]'"
     kernels = {k["name"]: k for k in data["kernels"]}
     assert kernels["acme.py"]["distribution"] == "acme-kernels"
     assert kernels["acme.py"]["distribution_version"] == "1.2.0"

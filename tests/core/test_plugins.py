@@ -10,6 +10,7 @@ import pytest
 import warmkit
 from warmkit import BackendUnavailableError, PluginLoadError, WarmupRegistry
 from warmkit import _plugins as plugins
+from warmkit.testing import unload_backend
 
 from . import _kernels
 
@@ -331,3 +332,30 @@ def test_an_unknown_name_in_the_plugin_allow_list_is_an_error_naming_the_install
         plugins.discover(plugins.BACKENDS_GROUP)
     with pytest.raises(ValueError, match="'tritn'"):
         plugins.get_backend("fake")
+
+
+def test_a_plugin_replacing_a_core_stub_is_intended_not_a_conflict(plugin_site):
+    installed = {i.name: i for i in plugins.discover(plugins.BACKENDS_GROUP)}
+    # Where the real warmkit-cutedsl is installed it is the plugin under test; else a stand-in.
+    real = installed["cutedsl"].distribution == "warmkit-cutedsl"
+    if not real:
+        plugin_site.add_module("wkp_cute_real", BACKEND_SRC.format(name="cutedsl"))
+        plugin_site.add_dist("acme-cutedsl", "0.1.0", backends={"cutedsl": "wkp_cute_real:Backend"})
+    (info,) = [i for i in plugins.discover(plugins.BACKENDS_GROUP) if i.name == "cutedsl"]
+    assert info.distribution == ("warmkit-cutedsl" if real else "acme-cutedsl")
+    assert not info.conflicts
+    assert info.replaces == "warmkit._backend:CuteDSLStubBackend"
+    unload_backend("cutedsl")
+    module = type(plugins.get_backend("cutedsl")).__module__
+    assert module.startswith("warmkit_cutedsl") if real else module == "wkp_cute_real"
+
+
+def test_two_plugins_replacing_one_core_stub_are_a_conflict(plugin_site):
+    plugin_site.add_dist("tile-one", backends={"tilelang": FAKE})
+    plugin_site.add_dist("tile-two", backends={"tilelang": FAKE})
+    (info,) = [i for i in plugins.discover(plugins.BACKENDS_GROUP) if i.name == "tilelang"]
+    named = {c.split()[0] for c in info.conflicts}
+    assert {"tile-one", "tile-two", "warmkit"} <= named and info.replaces is None
+    unload_backend("tilelang")
+    with pytest.raises(PluginLoadError, match="tile-one.*tile-two|tile-two.*tile-one"):
+        plugins.get_backend("tilelang")

@@ -133,8 +133,10 @@ def test_monitor_is_armed_with_the_configured_mode(mode):
 def test_only_the_backends_the_plan_needs_are_loaded(fake_backend):
     warmkit.warmup(cfg(), reg_of((ScaleKernel, {"n": 1}), (PyKernel, {"n": 1})))
     assert "fake" in plugins.loaded_backend_table()
-    assert "tilelang" not in plugins.loaded_backend_table()
-    assert "cutedsl" not in plugins.loaded_backend_table()
+    for name in ("tilelang", "cutedsl"):
+        # Arming the monitor loads the backend of a DSL this process has imported (an
+        # earlier test may have imported the real tilelang), and only those.
+        assert name not in plugins.loaded_backend_table() or name in sys.modules
     assert FakeBackend.scopes == [(None, 1)]
 
 
@@ -353,7 +355,7 @@ def test_backends_allow_list_skips_other_kernels_without_loading_their_backend(f
     report = warmkit.warmup(cfg(backends=["fake"]), reg)
     assert statuses(report) == ["compiled", "compiled", "skipped", "skipped"]
     assert "allow-list" in report.entries[2].error
-    assert "tilelang" not in plugins.loaded_backend_table()
+    assert "tilelang" not in plugins.loaded_backend_table() or "tilelang" in sys.modules
     assert report.totals()["skipped"] == 2
 
 

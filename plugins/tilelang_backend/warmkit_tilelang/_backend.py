@@ -1,0 +1,297 @@
+"""``TileLangBackend``: the ``tilelang`` entry point of ``warmkit.backends``.
+
+Both ways to compile a key elaborate the kernel's ``@tilelang.jit`` function
+with ``compile_args(key)`` and pass the resulting ``PrimFunc`` to
+``tilelang.compile`` with the function's own options and an **explicit**
+target, ``{"kind": "cuda", "arch": "sm_90a"}`` for compute capability 9.0:
+
+* **device** (``target=None``): for the local GPU's capability; the kernel
+  goes into the function's in-process cache and is launched once on scratch
+  inputs, so the first real call compiles and loads nothing. Returns a
+  :class:`TileLangExecutor`.
+* **ahead of time** (``target="cuda:90"``, no GPU needed): fills TileLang's
+  disk cache. The key covers the TIR script, ``str(target)``, the execution
+  backend, the pass configs and TileLang's version, and the device run builds
+  the same target from the same function TileLang's auto-detection uses, so
+  the device's lookup finds the entry. Returns a :class:`TileLangArtifact`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from . import _compat, _hooks
+from ._kernel import TileLangArtifact, TileLangExecutor
+
+__all__ = ["TileLangBackend", "parse_target"]
+
+logger = logging.getLogger(__name__)
+
+
+@attrs.frozen
+class Target:
+    """A CUDA compute capability, e.g. ``Target(9, 0)`` = ``"cuda:90"``."""
+
+    major: int
+    minor: int
+
+    def __str__(self) -> str:
+        return f"cuda:{self.major}{self.minor}"
+
+
+def parse_target(target: str) -> Target:
+    """``"cuda:90"``, ``"sm_90"``, ``"sm_90a"`` or ``"90"`` -> ``Target(9, 0)``.
+
+    Raises:
+        ValueError: any other string (the message lists the accepted forms).
+    """
+    text = target.strip().lower()
+    for prefix in ("cuda:", "sm_", "sm"):
+        if text.startswith(prefix):
+            text = text[len(prefix) :]
+            break
+    text = text.removesuffix("a")
+    if not (text.isdigit() and len(text) in (2, 3)):
+        raise ValueError(
+            f"unknown TileLang target {target!r}: use 'cuda:90' (sm_90a, H100/H200) or "
+            "'cuda:100' (sm_100a); 'sm_90' and 'sm_90a' are accepted too"
+        )
+    return Target(int(text[:-1]), int(text[-1]))
+
+
+def _device_capability() -> tuple[int, int] | None:
+    try:
+        import torch
+
+        if not torch.cuda.is_available():
+            return None
+        return tuple(torch.cuda.get_device_capability(torch.cuda.current_device()))  # type: ignore[return-value]
+    except Exception as exc:  # noqa: BLE001 -- no torch, no driver: no device
+        logger.debug("no CUDA device for TileLang: %s", exc)
+        return None
+
+
+class TileLangBackend:
+    """The TileLang backend (entry point ``tilelang`` in ``warmkit.backends``).
+
+    Constructed with no arguments by warmkit's plugin loader. See
+    ``docs/architecture.md`` for the interface and ``docs/tilelang.md`` for
+    what is cached where.
+    """
+
+    name = "tilelang"
+
+    # -- availability and targets ---------------------------------------------------------
+
+    def available(self) -> Any:
+        """Whether TileLang is importable; the install hint when not."""
+        from warmkit import BackendStatus
+
+        try:
+            version = _compat.tilelang_version()
+        except _compat.TileLangNotInstalledError as exc:
+            return BackendStatus(ok=False, reason=str(exc), install_hint=_compat.INSTALL_HINT)
+        reason = f"TileLang {version}"
+        if version != _compat.PINNED:
+            reason += f" (warmkit-tilelang is checked against {_compat.PINNED})"
+        return BackendStatus(ok=True, reason=reason, version=version)
+
+    def default_target(self) -> str | None:
+        """The local GPU's target (``"cuda:90"`` on an H100/H200), or None without one."""
+        cap = _device_capability()
+        return None if cap is None else str(Target(*cap))
+
+    def canonical_target(self, target: str) -> str:
+        """``"sm_90a"`` -> ``"cuda:90"``. Raises ValueError for an unknown target."""
+        return str(parse_target(target))
+
+    def parallelism(self, target: str | None) -> int:
+        """Compiles worth running at once: TileLang compiles in threads (nvcc runs as a subprocess)."""
+        return max(1, min(os.cpu_count() or 1, 16))
+
+    def compile_scope(
+        self, target: str | None, jobs: int
+    ) -> contextlib.AbstractContextManager[Any]:
+        """Nothing to set up: each compile is independent. Checks the target string early."""
+        if target is not None:
+            parse_target(target)
+        return contextlib.nullcontext()
+
+    # -- compiling ---------------------------------------------------------------------------
+
+    def compile(self, kernel: Any, key: Any, target: str | None) -> Any:
+        """Compile ``key`` of a ``TileLangKernel`` for ``target``; return its executor or artifact.
+
+        Raises:
+            TileLangNotInstalledError: TileLang is missing (with the install hint).
+            ValueError: an unknown target.
+            TypeError: ``kernel`` is not a ``TileLangKernel``.
+            RuntimeError: device mode without a GPU (the message says how to compile ahead of time).
+        """
+        tilelang = _compat.require_tilelang()
+        name = getattr(kernel, "name", type(kernel).__qualname__)
+        jit_function = getattr(type(kernel), "jit_function", None)
+        if jit_function is None:
+            raise TypeError(
+                f"kernel {name!r} uses the tilelang backend but is not a TileLangKernel; "
+                "subclass warmkit_tilelang.TileLangKernel and set fn"
+            )
+        fn = jit_function()
+        if target is None:
+            cap = _device_capability()
+            if cap is None:
+                raise RuntimeError(
+                    f"kernel {name!r}: no CUDA GPU is visible, so TileLang cannot compile for this "
+                    "device. For an ahead-of-time compile on this host pass a target, e.g. "
+                    "warmkit.WarmupConfig(target='cuda:90')"
+                )
+            tgt = Target(*cap)
+        else:
+            tgt = parse_target(target)
+        tl_target = _compat.cuda_target((tgt.major, tgt.minor))
+        args, kwargs = kernel.compile_args(key)
+        with _hooks.outcome() as out:
+            prim = fn.get_tir(*args, **kwargs)
+            compiled = tilelang.compile(prim, target=tl_target, **_compat.compile_options(fn))
+        cache_key, entry = _compat.cache_entry_of(compiled)
+        hit = bool(out.disk_hit)
+        if target is not None:
+            if cache_key is None or entry is None:
+                raise RuntimeError(
+                    f"kernel {name!r} key {key!r}: TileLang's disk cache is disabled "
+                    "(TILELANG_DISABLE_CACHE), so an ahead-of-time compile would leave nothing "
+                    "for the device to find; unset it"
+                )
+            logger.debug(
+                "kernel %s key %r: %s for %s", name, key, "cached" if hit else "compiled", tgt
+            )
+            return TileLangArtifact(
+                kernel=name,
+                key=key,
+                target=str(tgt),
+                arch=tl_target["arch"],
+                cache_key=cache_key,
+                entry=entry,
+                cache_hit=hit,
+            )
+        _compat.fill_jit_cache(fn, args, kwargs, compiled)
+        executor = TileLangExecutor(
+            kernel=name,
+            key=key,
+            jit_kernel=compiled,
+            launch=compiled.torch_function,
+            target=tl_target,
+            cache_key=cache_key,
+            cache_hit=hit,
+        )
+        if getattr(kernel, "prime", True):
+            executor.primed = _prime(executor, kernel.prime_args(key))
+        return executor
+
+    # -- persistent cache (warmkit bundles) ---------------------------------------------------
+
+    def cache_dir(self) -> Path:
+        """Where TileLang looks entries up: ``TILELANG_CACHE_DIR/<version>/<os>-<machine>/kernels``."""
+        return _compat.kernels_dir()
+
+    def cache_fingerprint(self, target: str | None) -> dict[str, str]:
+        """What entries built for ``target`` are valid for; every field is part of TileLang's lookup.
+
+        The CPython version is not a field: the wheel is ``abi3`` and an entry's
+        ``executable.so`` is a TVM-FFI module, not a Python extension.
+
+        Raises:
+            ValueError: an unknown target; no target and no GPU.
+        """
+        if target is None:
+            target = self.default_target()
+            if target is None:
+                raise ValueError("no target given and no GPU here: pass a target, e.g. 'cuda:90'")
+        tgt = parse_target(target)
+        fields = {
+            "target": str(tgt),
+            "arch": _compat.cuda_target((tgt.major, tgt.minor))["arch"],
+            "tilelang": _compat.tilelang_version(),
+            "namespace": _compat.cache_namespace(),
+            "tvm_ffi": str(_compat.tvm_ffi_version()),
+        }
+        fields.update({f"env.{k}": v for k, v in _compat.key_environment().items()})
+        return fields
+
+    @contextlib.contextmanager
+    def cache_scope(self, directory: str | os.PathLike[str]) -> Iterator[Path]:
+        """Redirect TileLang's disk cache to ``directory`` for the block; yield where entries go.
+
+        The entries land in ``directory/<version>/<os>-<machine>/kernels``, the
+        directory this yields (a bundle packs that one).
+        """
+        _compat.require_tilelang()
+        path = Path(directory).resolve()
+        path.mkdir(parents=True, exist_ok=True)
+        with _compat.redirect_cache(path) as kernels:
+            yield kernels
+
+    def relocate_cache_entry(self, staged: Path, final: Path) -> None:
+        """Nothing to rewrite: an entry holds no path of its own (its files are found by name)."""
+
+    # -- runtime monitor -----------------------------------------------------------------------
+
+    def install_monitor(self) -> None:
+        """Report every runtime TileLang compile and disk load to ``warmkit.monitor`` (idempotent)."""
+        try:
+            _compat.require_tilelang()
+        except _compat.TileLangNotInstalledError:
+            logger.debug("tilelang not installed: no runtime hooks to install")
+            return
+        _hooks.install()
+
+    def uninstall_monitor(self) -> None:
+        """Remove the hooks, restoring exactly what was there before (idempotent)."""
+        try:
+            _compat.require_tilelang()
+        except _compat.TileLangNotInstalledError:
+            return
+        _hooks.uninstall()
+
+    def __repr__(self) -> str:
+        return "<TileLangBackend>"
+
+
+def _prime(executor: TileLangExecutor, specs: Any) -> bool:
+    """Launch once on zero-filled scratch inputs so the module is loaded on the device now."""
+    import torch
+
+    if specs is None:
+        params = executor.jit_kernel.params
+        result_idx = set(executor.jit_kernel.adapter.result_idx or ())
+        specs = []
+        for i, p in enumerate(params):
+            if i in result_idx:
+                continue
+            shape = []
+            for dim in p.shape:
+                try:
+                    shape.append(int(dim))
+                except Exception:  # noqa: BLE001 -- a tir.Var: a dynamic size
+                    logger.debug(
+                        "kernel %s key %r: input %d has a dynamic shape; define prime_args() to "
+                        "load it during warmup",
+                        executor.kernel,
+                        executor.key,
+                        i,
+                    )
+                    return False
+            specs.append((p.torch_dtype(), tuple(shape)))
+    else:
+        specs = [(getattr(torch, s.dtype), tuple(s.shape)) for s in specs]
+    inputs = [torch.zeros(shape, dtype=dtype, device="cuda") for dtype, shape in specs]
+    executor.launch(*inputs)
+    torch.cuda.synchronize()
+    return True
