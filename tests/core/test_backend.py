@@ -93,8 +93,18 @@ def test_stub_with_its_dsl_present_is_still_unavailable_and_cannot_compile(
     assert isinstance(err, NotImplementedError) and isinstance(err, warmkit.WarmkitError)
 
 
-def test_stub_without_distribution_metadata_has_no_version(present):
+def test_stub_without_distribution_metadata_has_no_version(present, monkeypatch):
+    import importlib.metadata
+
     present("tilelang")
+    real = importlib.metadata.version
+
+    def version(dist):  # the real tilelang may be installed here: hide its metadata
+        if dist == "tilelang":
+            raise importlib.metadata.PackageNotFoundError(dist)
+        return real(dist)
+
+    monkeypatch.setattr(importlib.metadata, "version", version)
     assert backend_module.TileLangStubBackend().available().version is None
 
 
