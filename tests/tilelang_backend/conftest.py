@@ -35,7 +35,7 @@ def pytest_configure(config: pytest.Config) -> None:
 @pytest.fixture(autouse=True)
 def tilelang_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """A fresh TILELANG_CACHE_DIR per test, nothing in memory; monitor off; hooks removed after."""
-    from warmkit_tilelang import _compat
+    from warmkit_tilelang import _tilelang_api as api
 
     cache = tmp_path / "tilelang-cache"
     monkeypatch.setenv("TILELANG_CACHE_DIR", str(cache))
@@ -44,14 +44,14 @@ def tilelang_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[
             monkeypatch.delenv(var)
     monitor.disarm()
     monitor.clear()
-    _compat.forget_in_memory()
+    api.forget_in_memory()
     TiledGemm.clear_executors()
     yield cache
     monitor.disarm()
     monitor.clear()
     _hooks.uninstall()
     assert not _hooks.installed(), "a test left warmkit's TileLang hooks installed"
-    _compat.forget_in_memory()
+    api.forget_in_memory()
     TiledGemm.clear_executors()
 
 

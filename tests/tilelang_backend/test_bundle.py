@@ -66,9 +66,9 @@ def _namespace_dir(cache: Path) -> Path:
 
 
 def warmkit_tilelang_namespace() -> str:
-    from warmkit_tilelang import _compat
+    from warmkit_tilelang import _tilelang_api as api
 
-    return _compat.cache_namespace()
+    return api.cache_namespace()
 
 
 def test_round_trip_into_an_empty_cache_then_only_disk_hits(built, tmp_path):

@@ -10,7 +10,8 @@ import subprocess
 import sys
 
 import pytest
-from warmkit_tilelang import TiledGemm, TileLangBackend, TileLangExecutor, _compat
+from warmkit_tilelang import TiledGemm, TileLangBackend, TileLangExecutor
+from warmkit_tilelang import _tilelang_api as api
 
 import warmkit
 from warmkit import monitor
@@ -89,7 +90,7 @@ def test_a_cpu_built_bundle_in_an_empty_cache_means_zero_compiles(tmp_path):
     )  # fmt: skip
     assert res.returncode == 0, res.stderr[-3000:]
     serving = tmp_path / "serving"
-    kernels = serving.joinpath(*_compat.cache_namespace().split("/"), "kernels")
+    kernels = serving.joinpath(*api.cache_namespace().split("/"), "kernels")
     installed = warmkit.install_bundle(out, cache_dirs={"tilelang": kernels})
     assert len(installed.installed) == 1
     seen = json.loads(run_child(CHILD, serving).stdout.strip().splitlines()[-1])

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 from tilelang.cache.kernel_cache import KernelCache
 from tilelang.jit import JITImpl
-from warmkit_tilelang import TileLangBackend, _compat, _hooks
+from warmkit_tilelang import TileLangBackend, _hooks
+from warmkit_tilelang import _tilelang_api as api
 
 from warmkit import RuntimeCompileError, monitor
 
@@ -23,7 +24,7 @@ def _fresh_function():
     """``_programs.scale`` with an empty in-process cache (as in a new process)."""
     _programs.scale._kernel_cache.clear()
     _programs.scale._call_form_cache.clear()
-    _compat.forget_in_memory()
+    api.forget_in_memory()
     return _programs.scale
 
 

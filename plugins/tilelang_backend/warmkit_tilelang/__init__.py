@@ -18,9 +18,9 @@ from __future__ import annotations
 import logging
 
 from ._backend import TileLangBackend, parse_target
-from ._compat import TileLangNotInstalledError
 from ._gemm import TiledGemm
 from ._kernel import TensorSpec, TileLangArtifact, TileLangExecutor, TileLangKernel
+from ._tilelang_api import TileLangNotInstalledError
 
 __all__ = [
     "TensorSpec",

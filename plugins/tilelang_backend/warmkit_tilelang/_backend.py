@@ -27,7 +27,8 @@ from typing import Any
 
 import attrs
 
-from . import _compat, _hooks
+from . import _hooks
+from . import _tilelang_api as api
 from ._kernel import TileLangArtifact, TileLangExecutor
 
 __all__ = ["TileLangBackend", "parse_target"]
@@ -95,12 +96,12 @@ class TileLangBackend:
         from warmkit import BackendStatus
 
         try:
-            version = _compat.tilelang_version()
-        except _compat.TileLangNotInstalledError as exc:
-            return BackendStatus(ok=False, reason=str(exc), install_hint=_compat.INSTALL_HINT)
+            version = api.tilelang_version()
+        except api.TileLangNotInstalledError as exc:
+            return BackendStatus(ok=False, reason=str(exc), install_hint=api.INSTALL_HINT)
         reason = f"TileLang {version}"
-        if version != _compat.PINNED:
-            reason += f" (warmkit-tilelang is checked against {_compat.PINNED})"
+        if version != api.PINNED:
+            reason += f" (warmkit-tilelang is checked against {api.PINNED})"
         return BackendStatus(ok=True, reason=reason, version=version)
 
     def default_target(self) -> str | None:
@@ -135,7 +136,7 @@ class TileLangBackend:
             TypeError: ``kernel`` is not a ``TileLangKernel``.
             RuntimeError: device mode without a GPU (the message says how to compile ahead of time).
         """
-        tilelang = _compat.require_tilelang()
+        tilelang = api.require_tilelang()
         name = getattr(kernel, "name", type(kernel).__qualname__)
         jit_function = getattr(type(kernel), "jit_function", None)
         if jit_function is None:
@@ -155,13 +156,14 @@ class TileLangBackend:
             tgt = Target(*cap)
         else:
             tgt = parse_target(target)
-        tl_target = _compat.cuda_target((tgt.major, tgt.minor))
+        tl_target = api.cuda_target((tgt.major, tgt.minor))
         args, kwargs = kernel.compile_args(key)
         with _hooks.outcome() as out:
             prim = fn.get_tir(*args, **kwargs)
-            compiled = tilelang.compile(prim, target=tl_target, **_compat.compile_options(fn))
-        cache_key, entry = _compat.cache_entry_of(compiled)
-        hit = bool(out.disk_hit)
+            compiled = tilelang.compile(prim, target=tl_target, **api.compile_options(fn))
+        cache_key, entry = api.cache_entry_of(compiled)
+        # No disk lookup at all with the cache on = an in-memory hit: nothing was compiled.
+        hit = out.disk_hit if out.disk_hit is not None else api.cache_enabled()
         if target is not None:
             if cache_key is None or entry is None:
                 raise RuntimeError(
@@ -181,7 +183,7 @@ class TileLangBackend:
                 entry=entry,
                 cache_hit=hit,
             )
-        _compat.fill_jit_cache(fn, args, kwargs, compiled)
+        api.fill_jit_cache(fn, args, kwargs, compiled)
         executor = TileLangExecutor(
             kernel=name,
             key=key,
@@ -199,7 +201,7 @@ class TileLangBackend:
 
     def cache_dir(self) -> Path:
         """Where TileLang looks entries up: ``TILELANG_CACHE_DIR/<version>/<os>-<machine>/kernels``."""
-        return _compat.kernels_dir()
+        return api.kernels_dir()
 
     def cache_fingerprint(self, target: str | None) -> dict[str, str]:
         """What entries built for ``target`` are valid for; every field is part of TileLang's lookup.
@@ -217,12 +219,12 @@ class TileLangBackend:
         tgt = parse_target(target)
         fields = {
             "target": str(tgt),
-            "arch": _compat.cuda_target((tgt.major, tgt.minor))["arch"],
-            "tilelang": _compat.tilelang_version(),
-            "namespace": _compat.cache_namespace(),
-            "tvm_ffi": str(_compat.tvm_ffi_version()),
+            "arch": api.cuda_target((tgt.major, tgt.minor))["arch"],
+            "tilelang": api.tilelang_version(),
+            "namespace": api.cache_namespace(),
+            "tvm_ffi": str(api.tvm_ffi_version()),
         }
-        fields.update({f"env.{k}": v for k, v in _compat.key_environment().items()})
+        fields.update({f"env.{k}": v for k, v in api.key_environment().items()})
         return fields
 
     @contextlib.contextmanager
@@ -232,10 +234,10 @@ class TileLangBackend:
         The entries land in ``directory/<version>/<os>-<machine>/kernels``, the
         directory this yields (a bundle packs that one).
         """
-        _compat.require_tilelang()
+        api.require_tilelang()
         path = Path(directory).resolve()
         path.mkdir(parents=True, exist_ok=True)
-        with _compat.redirect_cache(path) as kernels:
+        with api.redirect_cache(path) as kernels:
             yield kernels
 
     def relocate_cache_entry(self, staged: Path, final: Path) -> None:
@@ -246,8 +248,8 @@ class TileLangBackend:
     def install_monitor(self) -> None:
         """Report every runtime TileLang compile and disk load to ``warmkit.monitor`` (idempotent)."""
         try:
-            _compat.require_tilelang()
-        except _compat.TileLangNotInstalledError:
+            api.require_tilelang()
+        except api.TileLangNotInstalledError:
             logger.debug("tilelang not installed: no runtime hooks to install")
             return
         _hooks.install()
@@ -255,8 +257,8 @@ class TileLangBackend:
     def uninstall_monitor(self) -> None:
         """Remove the hooks, restoring exactly what was there before (idempotent)."""
         try:
-            _compat.require_tilelang()
-        except _compat.TileLangNotInstalledError:
+            api.require_tilelang()
+        except api.TileLangNotInstalledError:
             return
         _hooks.uninstall()
 

@@ -33,7 +33,7 @@ from typing import Any
 
 import attrs
 
-from . import _compat
+from . import _tilelang_api as api
 
 __all__ = ["install", "installed", "outcome", "uninstall"]
 
@@ -128,7 +128,7 @@ class _Wrapper:
 
 def _jit_compile(previous: Callable[..., Any], fn: Any, *args: Any, **kwargs: Any) -> Any:
     parts = [repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items()]
-    token = _jit_spec.set((_compat.jit_function_name(fn), f"({', '.join(parts)})"))
+    token = _jit_spec.set((api.jit_function_name(fn), f"({', '.join(parts)})"))
     try:
         return previous(fn, *args, **kwargs)
     finally:
@@ -141,8 +141,8 @@ def _cached(
     if not _watching():
         return previous(cache, func, *args, **kwargs)
     jit = _jit_spec.get()
-    call = _Call(name=jit[0] if jit else _compat.prim_func_name(func), spec=jit[1] if jit else None)
-    if not _compat.cache_enabled():
+    call = _Call(name=jit[0] if jit else api.prim_func_name(func), spec=jit[1] if jit else None)
+    if not api.cache_enabled():
         _announce(call, None)  # no disk lookup will follow: this is the last point before compiling
     token = _call.set(call)
     t0 = time.perf_counter()
@@ -196,9 +196,9 @@ def _announce(call: _Call, key: str | None) -> None:
 
 def _install_locked() -> None:
     points = (
-        (_compat.jit_compile_hook_point(), _jit_compile),
-        (_compat.kernel_cache_hook_point(), _cached),
-        (_compat.disk_load_hook_point(), _load_from_disk),
+        (api.jit_compile_hook_point(), _jit_compile),
+        (api.kernel_cache_hook_point(), _cached),
+        (api.disk_load_hook_point(), _load_from_disk),
     )
     if _wrappers and all(w.owner.__dict__.get(w.attr) is w.method for w in _wrappers):
         return

@@ -46,7 +46,7 @@ import attrs
 
 from warmkit import JitKernel, KernelDefinitionError
 
-from . import _compat
+from . import _tilelang_api as api
 
 __all__ = ["TensorSpec", "TileLangArtifact", "TileLangExecutor", "TileLangKernel"]
 
@@ -153,7 +153,7 @@ class TileLangKernel(JitKernel[K]):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        if not hasattr(cls, "_warmkit_dispatch_info") or cls.compile is not JitKernel.compile:
+        if cls.dispatch_info() is None or cls.compile is not JitKernel.compile:
             return
         fn = getattr(cls, "fn", None)
         if fn is None:
@@ -165,7 +165,7 @@ class TileLangKernel(JitKernel[K]):
                 raise KernelDefinitionError(
                     cls, f"fn {fn!r} must be a @tilelang.jit function or a 'module:attr' path"
                 )
-        elif not _compat.is_jit_function(fn):
+        elif not api.is_jit_function(fn):
             raise KernelDefinitionError(
                 cls, f"fn must be a @tilelang.jit function, got {type(fn).__name__} {fn!r}"
             )
@@ -192,7 +192,7 @@ class TileLangKernel(JitKernel[K]):
                 raise LookupError(
                     f"kernel {cls.name!r}: fn {fn!r} does not resolve ({exc})"
                 ) from exc
-            if not _compat.is_jit_function(obj):
+            if not api.is_jit_function(obj):
                 raise TypeError(f"kernel {cls.name!r}: fn {fn!r} is not a @tilelang.jit function")
             cls.fn = fn = obj
         return fn

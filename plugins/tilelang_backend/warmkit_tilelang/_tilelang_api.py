@@ -7,7 +7,7 @@ Everything that needs TileLang calls :func:`require_tilelang` first.
 Checked against tilelang 0.1.15 (the version the ``tilelang`` extra pins).
 Each accessor below names the private TileLang object it relies on, so a
 TileLang upgrade breaks here, in one place (``tests/tilelang_backend/
-test_compat.py`` exercises every accessor).
+testapi.py`` exercises every accessor).
 """
 
 from __future__ import annotations
