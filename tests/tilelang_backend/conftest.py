@@ -58,7 +58,8 @@ def tilelang_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[
 def run_child(code: str, cache: Path, **env: str) -> subprocess.CompletedProcess[str]:
     """Run ``code`` in a fresh interpreter with ``cache`` as its TileLang cache."""
     child_env = {k: v for k, v in os.environ.items() if not k.startswith("WARMKIT_")}
-    child_env.update(TILELANG_CACHE_DIR=str(cache), PYTHONPATH=str(REPO / "tests"), **env)
+    path = os.pathsep.join(p for p in (str(REPO / "tests"), os.environ.get("PYTHONPATH")) if p)
+    child_env.update(TILELANG_CACHE_DIR=str(cache), PYTHONPATH=path, **env)
     proc = subprocess.run(
         [sys.executable, "-c", code],
         env=child_env,

@@ -96,7 +96,7 @@ def test_round_trip_into_an_empty_cache_then_only_disk_hits(built, tmp_path):
     assert {p.name for p in _namespace_dir(dest).iterdir()} == entry_names  # nothing new
 
     again = cli("bundle", "install", str(bundle), "--json", cache=dest)
-    assert json.loads(again.stdout)["present"] == 2  # idempotent
+    assert json.loads(again.stdout)["unchanged"] == 2  # idempotent
 
 
 def _rewrite(src: Path, dst: Path, *, member=None, meta=None) -> Path:

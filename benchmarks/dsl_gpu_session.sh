@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# The TileLang/CuTe DSL GPU work, on the H200, after the wheels made by dsl_wheels.sh travelled.
+#
+# The machine keeps ignored paths between calls made while it is warm, so carry one folder a call,
+# back to back (each < 64 MiB with the working tree):
+#   call 1: carry [".whl-dsl/1"]  command: true
+#   call 2: carry [".whl-dsl/2"]  command: true
+#   call 3: carry [".whl-dsl/3"]  command: bash benchmarks/dsl_gpu_session.sh
+# It reassembles the split wheel, installs everything into /tmp/site-dsl, runs the DSL GPU tests,
+# installs the CPU-built bundle into an empty cache (new process: 0 compiles), and the
+# measurements of benchmarks/dsl_startup.py. Everything lands in $OUT/dsl-results.tar.gz.
+set -uo pipefail
+export PYTHONUNBUFFERED=1
+OUT=${OUT:-out/dsl}
+RES=$(mktemp -d)
+mkdir -p "$OUT" /tmp/whl-dsl
+for d in .whl-dsl/1 .whl-dsl/2 .whl-dsl/3; do
+    [ -d "$d" ] || { echo "missing $d: carry it in an earlier call of this warm machine"; exit 1; }
+done
+cp .whl-dsl/1/*.whl .whl-dsl/2/*.whl /tmp/whl-dsl/
+cat .whl-dsl/2/*.part00 .whl-dsl/3/*.part01 .whl-dsl/3/*.part02 \
+    > "/tmp/whl-dsl/$(basename .whl-dsl/2/*.part00 .part00)"
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site-dsl /tmp/whl-dsl/*.whl || exit 1
+# nvidia_cutlass_dsl finds its packages through a .pth file, which --target does not process.
+export PYTHONPATH=/tmp/site-dsl:/tmp/site-dsl/nvidia_cutlass_dsl/dsl_packages:$PWD/tests
+python3 -c "import sys, torch, tilelang; print('python', sys.version.split()[0], 'torch', torch.__version__, 'tilelang', tilelang.__version__)" | tee "$RES/machine.txt"
+
+step() {  # step NAME TIMEOUT_S COMMAND...
+    local name=$1 limit=$2
+    shift 2
+    local t0=$SECONDS
+    timeout "$limit" "$@" > "$RES/$name.log" 2>&1
+    echo "=== $name: rc=$? in $((SECONDS - t0)) s: $*"
+    tail -n "${TAIL:-15}" "$RES/$name.log"
+    tar -czf "$OUT/dsl-results.tar.gz" -C "$RES" .
+}
+
+step tilelang_gpu_tests 240 python3 -m pytest -q -p no:cacheprovider -rs tests/tilelang_backend/test_gpu.py
+[ -f tests/cutedsl_backend/test_gpu.py ] && step cutedsl_gpu_tests 180 python3 -m pytest -q -p no:cacheprovider -rs tests/cutedsl_backend/test_gpu.py
+# A bundle built on the CPU box for cuda:90, into an empty cache; then a new process: 0 compiles.
+step cpu_bundle 240 bash -c '
+    export TILELANG_CACHE_DIR=$(mktemp -d)
+    python3 -m warmkit bundle install .whl-dsl/1/tilelang-gemm-sm90a.wkb --json &&
+    python3 - <<PY
+import json, warmkit
+reg = warmkit.WarmupRegistry.load(".whl-dsl/1/tilelang-gemm.json")
+warmkit.monitor.arm("error")
+report = warmkit.warmup(warmkit.WarmupConfig(progress="off", monitor="error"), reg)
+print(json.dumps({"statuses": [e.status for e in report.entries], "events": len(warmkit.monitor.events())}))
+PY'
+TAIL=8 step tilelang_startup 400 python3 benchmarks/dsl_startup.py --out "$RES/dsl_startup.json"
+echo "results: $OUT/dsl-results.tar.gz"

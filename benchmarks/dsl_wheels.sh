@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Here (the CPU box, with pip): the DSL wheels for the H200 (CPython 3.12, manylinux x86_64),
+# grouped into folders of < 60 MiB so that each device call carries one (64 MiB per call).
+#
+#   bash benchmarks/dsl_wheels.sh [DEST]      (DEST default: .whl-dsl, ignored by git)
+#
+# DEST/1: tilelang, apache-tvm-ffi, torch-c-dlpack-ext, nvidia-cutlass-dsl(+libs-base, -core),
+#         this repo's warmkit, warmkit-tilelang, stevedore; and a bundle of TiledGemm built
+#         here for cuda:90 (sm_90a) with no GPU.
+# DEST/2: z3-solver, nvidia-cutlass-dsl-libs-cu12 part 1 of 3
+# DEST/3: nvidia-cutlass-dsl-libs-cu12 parts 2 and 3
+# The H200 image already has torch, cuda-bindings, cloudpickle, ml-dtypes, psutil, numpy, tqdm,
+# attrs and nvcc 13.0 (TileLang uses it), so none of those travel.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+DEST=${1:-.whl-dsl}
+rm -rf "$DEST" && mkdir -p "$DEST/1" "$DEST/2" "$DEST/3" "$DEST/dl"
+PLAT=(--platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_24_x86_64
+      --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64)
+python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+    "${PLAT[@]}" -d "$DEST/dl" tilelang==0.1.15 apache-tvm-ffi==0.1.12 z3-solver==4.15.4.0 \
+    torch-c-dlpack-ext==0.1.5 nvidia-cutlass-dsl==4.8.1 nvidia-cutlass-dsl-libs-base==4.8.1 \
+    nvidia-cutlass-dsl-libs-core==4.8.1 nvidia-cutlass-dsl-libs-cu12==4.8.1 stevedore==5.10.0
+.venv/bin/pip wheel -q --no-deps -w "$DEST/1" . plugins/tilelang_backend
+[ -d plugins/cutedsl_backend ] && .venv/bin/pip wheel -q --no-deps -w "$DEST/1" plugins/cutedsl_backend
+mv "$DEST"/dl/z3_solver-*.whl "$DEST/2/"
+cu12=$(ls "$DEST"/dl/nvidia_cutlass_dsl_libs_cu12-*.whl)
+split -n 3 -d "$cu12" "$DEST/2/$(basename "$cu12").part"
+mv "$DEST/2/$(basename "$cu12").part01" "$DEST/2/$(basename "$cu12").part02" "$DEST/3/"
+rm "$cu12"
+mv "$DEST"/dl/*.whl "$DEST/1/"
+rmdir "$DEST/dl"
+# The CPU-built bundle for the "install into an empty cache, 0 compiles" step.
+.venv/bin/python - "$DEST/1" <<'PY'
+import sys, warmkit
+from warmkit_tilelang import TiledGemm
+reg = warmkit.WarmupRegistry()
+for m in (64, 128, 256, 512):
+    reg.add(TiledGemm, m=m, n=4096, k=4096)
+reg.save(f"{sys.argv[1]}/tilelang-gemm.json")
+PY
+TILELANG_CACHE_DIR=$(mktemp -d) .venv/bin/python -m warmkit bundle build "$DEST/1/tilelang-gemm.json" \
+    --target cuda:90 -o "$DEST/1/tilelang-gemm-sm90a.wkb"
+du -sm "$DEST"/*
