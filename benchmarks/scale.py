@@ -37,6 +37,7 @@ import attrs
 from _common import emit, parser, stats, table
 
 import warmkit
+from warmkit._record import resolve_recorded
 
 GOAL_US_PER_KEY = 20.0
 GOAL_BYTES_PER_KEY = 2048
@@ -68,9 +69,25 @@ def build(n: int, shape: str) -> warmkit.WarmupRegistry:
     if shape == "declared":
         for start in range(0, n, PER_REGISTRATION):
             registry.add(kernel, index=warmkit.IntRange(start, min(n, start + PER_REGISTRATION)))
-    else:
+    elif shape == "recorded":
         for i in range(n):
             registry.add(kernel, index=i, block=128, dtype="float16")
+    else:  # "replayed": the manifest's `recorded` section, as `warmkit record` writes it
+        from warmkit._plugins import kernel_ref
+        from warmkit._record import RecordedEntry, encode_key
+
+        ref = kernel_ref(ScaleKernel)
+        for i in range(n):
+            key = ScaleKernel.CompileKey(i, 128, "float16")
+            registry.add_recorded(
+                RecordedEntry.make(
+                    backend=None,
+                    kind="key",
+                    kernel=ref,
+                    name=ScaleKernel.name,
+                    spec={"key": encode_key(key)},
+                )
+            )
     return registry
 
 
@@ -106,6 +123,7 @@ def measure(n: int, shape: str, runs: int, tmp: Path) -> dict[str, Any]:
         registry.save(path)
         t2 = time.perf_counter()
         keys = sum(len(k) for k in registry.plan().values())
+        keys += len(resolve_recorded(registry.recorded()))  # planning a recorded section
         t3 = time.perf_counter()
         assert keys == n, f"{shape}: planned {keys} keys, expected {n}"
         del registry
@@ -155,7 +173,7 @@ def main() -> None:
     p = parser(__doc__.splitlines()[0])
     p.add_argument("--keys", default="10,1000,10000,100000", help="comma-separated key counts")
     p.add_argument("--plan-only", type=int, default=1_000_000, help="keys for planning alone")
-    p.add_argument("--shapes", default="declared,recorded")
+    p.add_argument("--shapes", default="declared,recorded,replayed")
     args = p.parse_args()
     sizes = [int(x) for x in args.keys.split(",")]
     runs = max(args.runs, 5)

@@ -26,6 +26,7 @@ never sees a half-written manifest.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import logging
@@ -124,10 +125,13 @@ class RecordedEntry:
         """The specialization's JSON data (a fresh copy)."""
         return json.loads(self.spec_json)
 
-    @property
+    @functools.cached_property
     def id(self) -> str:
         """A stable identity: equal for the same kernel, specialization and target."""
-        ident = _canonical([self.backend, self.kind, self.kernel, self.spec, self.target])
+        # = _canonical([backend, kind, kernel, spec, target]): spec_json is already
+        # canonical, so it is spliced in rather than parsed and dumped again.
+        head = ",".join(map(_canonical, (self.backend, self.kind, self.kernel)))
+        ident = f"[{head},{self.spec_json},{_canonical(self.target)}]"
         return hashlib.sha256(ident.encode()).hexdigest()[:24]
 
     def to_dict(self) -> dict[str, Any]:
@@ -492,14 +496,19 @@ def resolve_recorded(entries: Iterable[RecordedEntry]) -> list[RecordedItem]:
     from ._plugins import get_backend, load_kernel
 
     items = []
+    # One lookup and one instance per kernel, not per entry: resolving a ref scans every
+    # installed distribution's entry points (~50 ms), and a recording has an entry per key.
+    kernels: dict[str, Any] = {}
     for entry in entries:
         if not entry.replayable:
             items.append(RecordedItem(entry))
             continue
         try:
             if entry.kind == "key":
-                cls = load_kernel(entry.kernel)
-                kernel, key = cls(), decode_key(cls, entry.spec["key"])
+                kernel = kernels.get(entry.kernel)
+                if kernel is None:
+                    kernel = kernels[entry.kernel] = load_kernel(entry.kernel)()
+                key = decode_key(type(kernel), entry.spec["key"])
             else:
                 if entry.backend is None:
                     raise ValueError("a raw recorded entry must name its backend")
