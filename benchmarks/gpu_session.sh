@@ -8,7 +8,8 @@
 # Device calls:  bash benchmarks/gpu_session.sh            (carry: .whl) B4, B5, B8 and the GPU tests
 #                bash benchmarks/gpu_session.sh startup    (carry: .whl) B1-B3: ~7 min on the H200 host
 #                bash benchmarks/gpu_session.sh perf       (carry: .whl) B1 threads vs worker processes,
-#                                                          B5 (memoized dispatch), B10 on the host's CPUs
+#                                                          B5 (memoized dispatch): ~9 min
+#                bash benchmarks/gpu_session.sh scale      (carry: .whl) B10 on the host's quieter CPUs
 #                (pebble's wheel must be in .whl/ too: warmkit depends on it)
 #                bash benchmarks/gpu_session.sh record     (carry: .whl) B9 (record/replay) and its GPU test
 #
@@ -45,14 +46,16 @@ if [ "${1:-}" = startup ]; then
         --runs 5 --warm-runs 3 --no-contrast --out "$RES/b1_b3.json"
 elif [ "${1:-}" = perf ]; then
     # B1: jobs=1 vs 8 on the 32 synthetic keys, threads, then worker processes started with
-    # the child's startup (warmkit.prepare); B5; B10 (CPU only, but a quieter host than the box).
-    TAIL=8 step b1_threads 270 env WARMKIT_COMPILE_PROCESSES=off python3 benchmarks/startup.py \
+    # the child's startup (warmkit.prepare); then B5.
+    TAIL=8 step b1_threads 250 env WARMKIT_COMPILE_PROCESSES=off python3 benchmarks/startup.py \
         --jobs 1,8 --runs 5 --warm-runs 1 --no-contrast --workloads synthetic --out "$RES/b1_threads.json"
-    TAIL=8 step b1_processes 270 env WARMKIT_COMPILE_PROCESSES=on STARTUP_PREPARE=1 \
+    TAIL=8 step b1_processes 250 env WARMKIT_COMPILE_PROCESSES=on STARTUP_PREPARE=1 \
         python3 benchmarks/startup.py --jobs 1,8 --runs 5 --warm-runs 1 --no-contrast \
         --workloads synthetic --out "$RES/b1_processes.json"
     step b5_launch 60 python3 benchmarks/launch_overhead.py --out "$RES/b5.json"
-    TAIL=14 step b10_scale 240 python3 benchmarks/scale.py --runs 5 --out "$RES/b10_scale.json"
+elif [ "${1:-}" = scale ]; then
+    # B10 needs no GPU, only CPUs quieter than the shared 2-core box.
+    TAIL=16 step b10_scale 560 python3 benchmarks/scale.py --runs 5 --out "$RES/b10_scale.json"
 elif [ "${1:-}" = record ]; then
     # B9: six fresh processes importing torch, plus a CUDA-hidden bundle build.
     TAIL=30 step b9_record_replay 420 python3 benchmarks/record_replay.py --runs 5 --out "$RES/b9.json"
