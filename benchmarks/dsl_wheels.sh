@@ -5,7 +5,7 @@
 #   bash benchmarks/dsl_wheels.sh [DEST]      (DEST default: .whl-dsl, ignored by git)
 #
 # DEST/1: tilelang, apache-tvm-ffi, torch-c-dlpack-ext, nvidia-cutlass-dsl(+libs-base, -core),
-#         this repo's warmkit, warmkit-tilelang, stevedore; and a bundle of TiledGemm built
+#         this repo's warmkit, warmkit-tilelang, warmkit-cutedsl, stevedore, pebble; and a bundle of TiledGemm built
 #         here for cuda:90 (sm_90a) with no GPU.
 # DEST/2: z3-solver, nvidia-cutlass-dsl-libs-cu12 part 1 of 3
 # DEST/3: nvidia-cutlass-dsl-libs-cu12 parts 2 and 3
@@ -20,7 +20,7 @@ PLAT=(--platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platfo
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
     "${PLAT[@]}" -d "$DEST/dl" tilelang==0.1.15 apache-tvm-ffi==0.1.12 z3-solver==4.15.4.0 \
     torch-c-dlpack-ext==0.1.5 nvidia-cutlass-dsl==4.8.1 nvidia-cutlass-dsl-libs-base==4.8.1 \
-    nvidia-cutlass-dsl-libs-core==4.8.1 nvidia-cutlass-dsl-libs-cu12==4.8.1 stevedore==5.10.0
+    nvidia-cutlass-dsl-libs-core==4.8.1 nvidia-cutlass-dsl-libs-cu12==4.8.1 stevedore==5.10.0 pebble
 .venv/bin/pip wheel -q --no-deps -w "$DEST/1" . plugins/tilelang_backend
 [ -d plugins/cutedsl_backend ] && .venv/bin/pip wheel -q --no-deps -w "$DEST/1" plugins/cutedsl_backend
 mv "$DEST"/dl/z3_solver-*.whl "$DEST/2/"
