@@ -4,7 +4,10 @@
 # Here, first:   .venv/bin/pip wheel -q --no-deps -w .whl . plugins/triton_backend plugins/blocktable
 #                (plus stevedore's wheel in .whl/, which the GPU machine lacks, and for B10's
 #                third-party autotuned kernel: pip download --no-deps -d .whl fla-core==0.6.0 einops,
-#                and for B9's raw kernels: pip download --no-deps -d .whl liger-kernel==0.8.5)
+#                and for B9's raw kernels: pip download --no-deps -d .whl liger-kernel==0.8.5;
+#                for B9 fleet: .venv/bin/pip wheel -q --no-deps -w .whl redis, and a redis-server:
+#                mkdir -p .redis && cp /usr/bin/redis-check-rdb .redis/redis-server &&
+#                cp /lib/x86_64-linux-gnu/liblzf.so.1 /lib/x86_64-linux-gnu/libjemalloc.so.2 .redis/)
 # Device calls:  bash benchmarks/gpu_session.sh            (carry: .whl) B4, B5, B8 and the GPU tests
 #                bash benchmarks/gpu_session.sh startup    (carry: .whl) B1-B3: ~7 min on the H200 host
 #                bash benchmarks/gpu_session.sh perf       (carry: .whl) B1 threads vs worker processes,
@@ -12,6 +15,7 @@
 #                bash benchmarks/gpu_session.sh scale      (carry: .whl) B10 on the host's quieter CPUs
 #                (pebble's wheel must be in .whl/ too: warmkit depends on it)
 #                bash benchmarks/gpu_session.sh record     (carry: .whl) B9 (record/replay) and its GPU test
+#                bash benchmarks/gpu_session.sh fleet      (carry: .whl, .redis) B9 fleet: 4 ranks, one host
 #
 # Writes every log and JSON into $OUT/gpu-results.tar.gz and prints a summary.
 set -uo pipefail
@@ -61,6 +65,13 @@ elif [ "${1:-}" = record ]; then
     TAIL=30 step b9_record_replay 420 python3 benchmarks/record_replay.py --runs 5 --out "$RES/b9.json"
     step record_gpu_test 150 python3 -m pytest -q -p no:cacheprovider -rs \
         tests/triton_backend/test_record_gpu.py
+elif [ "${1:-}" = fleet ]; then
+    # B9 on one host: R=4 ranks sharing this host's cache, without and with a loopback Redis.
+    export PATH="$PWD/.redis:$PATH" LD_LIBRARY_PATH="$PWD/.redis${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    TAIL=12 step b9_fleet_none 280 python3 benchmarks/fleet.py --hosts 1 --ranks 4 --store none \
+        --out "$RES/b9_none.json"
+    TAIL=12 step b9_fleet_redis 280 python3 benchmarks/fleet.py --hosts 1 --ranks 4 --store redis \
+        --out "$RES/b9_redis.json"
 else
     step b4_first_launch 120 python3 benchmarks/first_launch.py --runs 5 --out "$RES/b4.json"
     step b10_autotune 420 python3 benchmarks/autotune.py --runs 5 --out "$RES/b10.json"

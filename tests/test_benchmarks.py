@@ -24,6 +24,7 @@ SCRIPTS = [
     "record_replay.py",
     "scale.py",
     "dsl_startup.py",
+    "fleet.py",
 ]
 #: not benchmarks: shared helpers and workloads (synthetic_kernels.py has its own check below)
 HELPERS = {"_common.py", "synthetic_kernels.py", "plot_scale.py"}

@@ -3,7 +3,7 @@
 A backend compiles kernels of one DSL (Triton, TileLang, CuTe DSL ...). It is
 published as an entry point in the group ``warmkit.backends``. It must satisfy
 :class:`Backend`; each optional capability is a protocol of its own
-(:class:`BundleCapable`, :class:`CacheProbe`, :class:`MonitorHooks`,
+(:class:`BundleCapable`, :class:`CacheProbe`, :class:`FleetCapable`, :class:`MonitorHooks`,
 :class:`CanonicalTargets`, :class:`TunedResults`), and the core uses a capability only where
 ``isinstance(backend, Protocol)`` says the backend has it. What ``compile``
 returns satisfies :class:`Executor` (and :class:`ReportsCacheHit` when it can
@@ -33,6 +33,7 @@ __all__ = [
     "CanonicalTargets",
     "CuteDSLStubBackend",
     "Executor",
+    "FleetCapable",
     "MonitorHooks",
     "RecordReplay",
     "ReportsCacheHit",
@@ -176,6 +177,34 @@ class CacheProbe(Protocol):
 
     def verify_cache_entry(self, entry: str | os.PathLike[str]) -> list[str]:
         """The structural problems of one entry directory; empty when it is sound."""
+        ...
+
+
+@runtime_checkable
+class FleetCapable(BundleCapable, Protocol):
+    """Optional: cache entries addressable by key, so a fleet compiles each once (``docs/fleet.md``)."""
+
+    def entry_key(self, kernel: Any, key: Any, target: str | None) -> str | None:
+        """The backend's own cache key of what ``compile`` would write, computed without compiling.
+
+        None when it cannot be known (then the key compiles as without a fleet).
+        """
+        ...
+
+    def entry_dir(self, entry_key: str) -> Path:
+        """Where entry ``entry_key`` lives in the local cache (it may not exist)."""
+        ...
+
+    def entry_files(self, entry_key: str) -> Mapping[str, Path] | None:
+        """The files of the complete local entry (name -> path), or None for a miss."""
+        ...
+
+    def entry_key_of(self, directory: str | os.PathLike[str]) -> str | None:
+        """The key of the entry in ``directory`` (the inverse of ``entry_dir``), or None."""
+        ...
+
+    def entry_info(self, directory: str | os.PathLike[str]) -> Mapping[str, Any]:
+        """``{"kernel", "target", "stale"}`` of one entry (``warmkit cache info``); stale: why, or None."""
         ...
 
 

@@ -26,7 +26,7 @@ import logging
 import os
 import sys
 import traceback
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, NoReturn
 
 from . import __version__
@@ -169,6 +169,25 @@ def _parser() -> argparse.ArgumentParser:
         help="also move each bad entry into <cache>/.warmkit-quarantine/ (it is then recompiled)",
     )
     c.add_argument("--json", action="store_true", help=_JSON)
+    c = csub.add_parser(
+        "info", help="entries and bytes per kernel and backend, and which are stale here"
+    )
+    _cache_dir_option(c)
+    c.add_argument("--json", action="store_true", help=_JSON)
+    c = csub.add_parser(
+        "prune",
+        help="remove stale, old, or least recently used entries (one rename each)",
+    )
+    _cache_dir_option(c)
+    c.add_argument("--max-size", metavar="SIZE", help="keep at most SIZE (e.g. 500M, 2G) per cache")
+    c.add_argument("--older-than", metavar="AGE", help="remove entries unused for AGE (7d, 12h)")
+    c.add_argument("--stale", action="store_true", help="remove entries stale for this host")
+    c.add_argument("--dry-run", action="store_true", help="say what would go; remove nothing")
+    c.add_argument("--json", action="store_true", help=_JSON)
+    for verb, what in (("push", "copy complete local entries to"), ("pull", "install entries of")):
+        c = csub.add_parser(verb, help=f"{what} a store (redis://..., or a directory)")
+        c.add_argument("url", help="the store: redis://host:port/db, rediss://..., or a directory")
+        c.add_argument("--json", action="store_true", help=_JSON)
 
     s = sub.add_parser("record", help="run a command, recording every runtime JIT compile")
     s.add_argument("-o", "--output", required=True, help="the manifest to record into ({rank} ok)")
@@ -188,6 +207,16 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--target", help="target to specialize declared keys for (default cuda:90)")
     s.add_argument("--json", action="store_true", help=_JSON)
     return p
+
+
+def _cache_dir_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--cache-dir",
+        action="append",
+        default=[],
+        metavar="BACKEND=DIR",
+        help="use this directory for BACKEND instead of its default cache directory",
+    )
 
 
 def _versions() -> str:
@@ -445,21 +474,30 @@ def _cache_dirs(items: Sequence[str], known: Sequence[str] | None = None) -> dic
     return dirs
 
 
-def _cmd_cache(args: argparse.Namespace) -> int:
-    from ._backend import BundleCapable, CacheProbe, entry_check
-    from ._integrity import iter_entries, verify_cache
+def _cache_backends(args: argparse.Namespace) -> Iterator[tuple[str, Any, str]]:
+    """``(name, backend, cache directory)`` of every usable backend with a persistent cache."""
+    from ._backend import BundleCapable, CacheProbe
     from ._plugins import BACKENDS_GROUP, discover, get_backend
 
     names = [info.name for info in discover(BACKENDS_GROUP)]
-    dirs = _cache_dirs(args.cache_dir, names)
-    result: dict[str, Any] = {}
+    dirs = _cache_dirs(getattr(args, "cache_dir", []), names)
     for name in sorted(dirs) if dirs else names:
         backend = get_backend(name)
         if not isinstance(backend, (CacheProbe, BundleCapable)):
             continue  # no persistent cache
         if name not in dirs and not backend.available().ok:
             continue
-        root = dirs.get(name) or str(backend.cache_dir())
+        yield name, backend, dirs.get(name) or str(backend.cache_dir())
+
+
+def _cmd_cache(args: argparse.Namespace) -> int:
+    if args.cache_command != "verify":
+        return _cmd_cache_upkeep(args)
+    from ._backend import entry_check
+    from ._integrity import iter_entries, verify_cache
+
+    result: dict[str, Any] = {}
+    for name, backend, root in _cache_backends(args):
         check = entry_check(backend)
         bad = verify_cache(root, check, move=args.quarantine)
         result[name] = {
@@ -581,6 +619,64 @@ def _cmd_coverage(args: argparse.Namespace) -> int:
     report = coverage(registry, read_recorded(args.recorded), target=args.target)
     print(json.dumps(report.to_dict(), indent=2) if args.json else report.text())
     return EXIT_OK if report.ok else EXIT_FAILED
+
+
+def _cmd_cache_upkeep(args: argparse.Namespace) -> int:
+    from . import _cache
+    from ._backend import FleetCapable
+
+    cmd = args.cache_command
+    if cmd == "prune":
+        limits = {
+            "max_size": None if args.max_size is None else _cache.parse_size(args.max_size),
+            "older_than": None if args.older_than is None else _cache.parse_age(args.older_than),
+            "stale": args.stale,
+            "dry_run": args.dry_run,
+        }
+        if limits["max_size"] is None and limits["older_than"] is None and not args.stale:
+            raise ValueError("warmkit cache prune needs --max-size, --older-than or --stale")
+    result: dict[str, Any] = {}
+    for name, backend, root in _cache_backends(args):
+        if cmd == "info":
+            result[name] = _cache.cache_info(backend, root)
+        elif cmd == "prune":
+            result[name] = _cache.prune_cache(backend, root, **limits)
+        elif not isinstance(backend, FleetCapable):
+            continue  # cannot address its entries in a store
+        elif cmd == "push":
+            result[name] = _cache.push_cache(backend, args.url, root)
+        else:
+            result[name] = _cache.pull_cache(backend, args.url)
+    if args.json:
+        print(json.dumps(result, indent=2, default=str))
+        return EXIT_FAILED if any(r.get("refused") for r in result.values()) else EXIT_OK
+    for name, r in result.items():
+        if cmd == "info":
+            print(f"{name}: {r['directory']}: {r['entries']} entr(ies), {r['bytes']} bytes")
+            for kernel, k in r["kernels"].items():
+                stale = f", {k['stale']} stale" if k["stale"] else ""
+                print(f"  {kernel}: {k['entries']} entr(ies), {k['bytes']} bytes{stale}")
+            for entry, why in r["stale"].items():
+                print(f"  STALE {entry}: {why}")
+        elif cmd == "prune":
+            verb = "would remove" if args.dry_run else "removed"
+            print(f"{name}: {r['directory']}: {verb} {len(r['removed'])} entr(ies), {r['freed']} "
+                  f"bytes; {r['kept']} kept ({r['bytes']} bytes)")  # fmt: skip
+            for entry, why in r["removed"].items():
+                print(f"  {entry}: {why}")
+        elif cmd == "push":
+            print(f"{name} -> {r['store']}: {len(r['pushed'])} pushed, {len(r['present'])} "
+                  f"already there, {len(r['skipped'])} skipped")  # fmt: skip
+            for entry, why in r["skipped"].items():
+                print(f"  skipped {entry}: {why}")
+        else:
+            print(f"{name} <- {r['store']}: {len(r['pulled'])} pulled, {len(r['present'])} "
+                  f"already here, {len(r['refused'])} refused")  # fmt: skip
+            for entry in r["refused"]:
+                print(f"  REFUSED {entry} (see the log above)")
+    if not result:
+        print("no backend with a persistent cache is available")
+    return EXIT_FAILED if any(r.get("refused") for r in result.values()) else EXIT_OK
 
 
 def _envs_target() -> str | None:

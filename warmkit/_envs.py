@@ -58,6 +58,13 @@ def _opt_str(raw: str) -> str | None:
     return raw.strip() or None
 
 
+def _pos_float(raw: str) -> float:
+    n = float(raw.strip())
+    if not n > 0:
+        raise ValueError(f"expected a positive number of seconds, got {raw!r}")
+    return n
+
+
 def _names(raw: str) -> tuple[str, ...]:
     return tuple(sorted({n.strip() for n in raw.split(",") if n.strip()}))
 
@@ -143,6 +150,30 @@ ENVIRONMENT: dict[str, EnvVar] = {
     # Set by `warmkit run -m MANIFEST` for its child: warmed by the startup hook first.
     "WARMKIT_MANIFEST": EnvVar(
         None, _opt_str, "Manifest that warmkit run's startup hook warms before the command runs."
+    ),
+    # A shared compile store: redis://host:port/db, rediss://..., or a directory (docs/fleet.md).
+    "WARMKIT_STORE": EnvVar(
+        None, _opt_str, "WarmupConfig.store: redis://host:port/db or a directory; unset = none."
+    ),
+    # An unreachable store fails the warmup instead of degrading to local compiles.
+    "WARMKIT_STORE_REQUIRED": EnvVar(
+        False, _bool, "WarmupConfig.store_required: 1 fails a warmup whose store is unreachable."
+    ),
+    # Used when a redis:// store URL carries no password.
+    "WARMKIT_STORE_PASSWORD": EnvVar(
+        None, _opt_str, "Password for a redis:// store whose URL has none."
+    ),
+    # Read-only serving: load everything from the cache, write nothing, a miss is an error.
+    "WARMKIT_READ_ONLY": EnvVar(
+        False, _bool, "WarmupConfig.read_only: 1 writes nothing; a cache miss is a WarmupError."
+    ),
+    # How long a process waits for another one compiling the same key before compiling itself.
+    "WARMKIT_WAIT_SECONDS": EnvVar(
+        300.0, _pos_float, "Bounded wait for another process's compile of a key (host or fleet)."
+    ),
+    # The fleet-wide lease on a key being compiled: renewed every third; a dead holder's expires.
+    "WARMKIT_LEASE_SECONDS": EnvVar(
+        30.0, _pos_float, "Lifetime of a store lease on a key being compiled (renewed while alive)."
     ),
     # Budget for one search-space expansion, checked before any work.
     "WARMKIT_MAX_POINTS": EnvVar(

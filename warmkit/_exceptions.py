@@ -9,6 +9,9 @@ WarmkitError
 ├── BackendUnavailableError (RuntimeError) a backend is missing or cannot run here
 ├── BackendNotImplementedError (NotImplementedError)  a stub backend was asked to compile
 ├── WarmupError (RuntimeError)             a compile failed during warmup
+│   └── CacheMissError                     read-only serving: a key is not in the cache
+├── StoreError (RuntimeError)              a shared store refused an operation
+│   └── StoreUnavailableError (ConnectionError)  the store cannot be reached
 ├── RuntimeCompileError (RuntimeError)     a compile after warmup, in monitor "error" mode
 └── WorkerDiedError (RuntimeError)         a compile worker process died on one key
 ```
@@ -26,11 +29,14 @@ __all__ = [
     "BackendNotImplementedError",
     "BackendUnavailableError",
     "BundleError",
+    "CacheMissError",
     "KernelDefinitionError",
     "ManifestError",
     "PluginFailure",
     "PluginLoadError",
     "RuntimeCompileError",
+    "StoreError",
+    "StoreUnavailableError",
     "WarmkitError",
     "WarmupError",
     "WorkerDiedError",
@@ -217,6 +223,38 @@ class WarmupError(WarmkitError, RuntimeError):
         self.failures = tuple(failures)
         self.report = report
         super().__init__(message)
+
+
+class CacheMissError(WarmupError):
+    """Read-only serving (``WarmupConfig(read_only=True)``) found a key missing from the cache.
+
+    Attributes:
+        kernel: the kernel's name.
+        key: the key that is missing.
+        directory: the read-only cache directory it was looked up in.
+    """
+
+    def __init__(self, message: str, *, kernel: str, key: Any, directory: Any = None) -> None:
+        self.directory = directory
+        super().__init__(message, kernel=kernel, key=key)
+
+
+class StoreError(WarmkitError, RuntimeError):
+    """A shared compile store (``WarmupConfig.store``) is misconfigured or refused an operation.
+
+    Attributes:
+        url: the store's URL or directory (passwords removed).
+        key: the entry concerned, if any.
+    """
+
+    def __init__(self, message: str, *, url: str | None = None, key: str | None = None) -> None:
+        self.url = url
+        self.key = key
+        super().__init__(f"store {url}: {message}" if url else message)
+
+
+class StoreUnavailableError(StoreError, ConnectionError):
+    """The shared store cannot be reached (server down, network, permissions of a directory)."""
 
 
 class RuntimeCompileError(WarmkitError, RuntimeError):

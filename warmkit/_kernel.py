@@ -287,6 +287,12 @@ class JitKernel(Generic[K]):
         fut.set_result(executor)
         return executor, False
 
+    def _warmkit_in_memory(self, key: K, target: str | None) -> bool:
+        """Whether ``key`` for ``target`` already has an executor in this process."""
+        cls = type(self)
+        cache = cls._warmkit_executors if target is None else cls._warmkit_target_executors
+        return (key if target is None else (target, key)) in cache
+
 
 # -- definition-time checks ------------------------------------------------------------
 

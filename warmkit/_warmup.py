@@ -19,7 +19,7 @@ from typing import Any
 import attrs
 
 from . import _envs, metrics, monitor
-from ._backend import CanonicalTargets, ReportsCacheHit, ReportsTuning
+from ._backend import CanonicalTargets, ReportsTuning
 from ._exceptions import BackendUnavailableError, WarmupError
 from ._record import resolve_recorded, start_recording
 from ._runner import CANCELLED, NOT_ATTEMPTED, run
@@ -28,7 +28,7 @@ __all__ = ["ReportEntry", "WarmupConfig", "WarmupReport", "warmup"]
 
 logger = logging.getLogger(__name__)
 
-STATUSES = ("compiled", "cached", "failed", "skipped")
+STATUSES = ("compiled", "cached", "waited", "fetched", "failed", "skipped")
 _NOT_ATTEMPTED = NOT_ATTEMPTED
 _NOT_REPLAYABLE = "not replayable: "
 
@@ -88,6 +88,13 @@ class WarmupConfig:
         record: after warmup, record every runtime JIT event into this
             manifest (``{rank}`` allowed; ``docs/record.md``); needs the
             monitor in ``"warn"`` or ``"error"`` mode.
+        store: a shared compile store (``docs/fleet.md``): ``redis://host:port/db``,
+            ``rediss://...``, or a directory; None = the local cache only. Each key
+            is fetched before it is compiled and published after.
+        store_required: an unreachable store fails the warmup instead of
+            degrading to local compiles with one warning.
+        read_only: serve from a read-only cache (e.g. a bundle baked into an
+            image): write nothing, and make any miss a ``CacheMissError``.
     """
 
     enabled: bool = attrs.field(default=True, validator=attrs.validators.instance_of(bool))
@@ -104,6 +111,9 @@ class WarmupConfig:
     record: str | None = attrs.field(
         default=None, converter=lambda v: None if v is None else os.fspath(v)
     )
+    store: str | None = attrs.field(default=None, converter=lambda v: None if v is None else str(v))
+    store_required: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
+    read_only: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
 
     def __attrs_post_init__(self) -> None:
         if self.record is not None and self.monitor == "off":
@@ -130,6 +140,9 @@ class WarmupConfig:
             "bundle": _envs.get("WARMKIT_BUNDLE"),
             "compile_timeout": _envs.get("WARMKIT_COMPILE_TIMEOUT"),
             "record": _envs.get("WARMKIT_RECORD"),
+            "store": _envs.get("WARMKIT_STORE"),
+            "store_required": _envs.get("WARMKIT_STORE_REQUIRED"),
+            "read_only": _envs.get("WARMKIT_READ_ONLY"),
         }
         values.update(overrides)
         return cls(**values)
@@ -358,6 +371,11 @@ def warmup(config: WarmupConfig | None = None, registry: Any = None) -> WarmupRe
     plan = registry.resolve()
     recorded = resolve_recorded(registry.recorded())
     if config.bundle is not None:
+        if config.read_only:
+            raise ValueError(
+                "WarmupConfig(bundle=..., read_only=True): installing a bundle writes the cache; "
+                "install it when building the image, then serve with read_only"
+            )
         from ._bundle import install_bundle
 
         install_bundle(config.bundle, target=config.target)
@@ -436,17 +454,22 @@ def warmup(config: WarmupConfig | None = None, registry: Any = None) -> WarmupRe
     interrupted: KeyboardInterrupt | None = None
     if config.on_error == "raise" and any(e.status == "failed" for e in entries):
         loop.aborted = True
+    from ._fleet import fleet_for
+
     try:
-        for backend_name, items in groups.items():
-            loop.backend_group(backend_name, items)
-    except KeyboardInterrupt as exc:
-        interrupted = exc
-        loop.cancelled = True
-        done = {(e.kernel, e.key) for e in loop.entries}
-        for backend_name, items in groups.items():  # groups never reached
-            loop.backend_group(
-                backend_name, [(k, key) for k, key in items if (type(k).name, key) not in done]
-            )
+        with fleet_for(config).active() as loop.fleet:
+            try:
+                for backend_name, items in groups.items():
+                    loop.backend_group(backend_name, items)
+            except KeyboardInterrupt as exc:
+                interrupted = exc
+                loop.cancelled = True
+                done = {(e.kernel, e.key) for e in loop.entries}
+                for backend_name, items in groups.items():  # groups never reached
+                    loop.backend_group(
+                        backend_name,
+                        [(k, key) for k, key in items if (type(k).name, key) not in done],
+                    )
     finally:
         loop.close()
     entries.extend(loop.entries)
@@ -475,12 +498,13 @@ def warmup(config: WarmupConfig | None = None, registry: Any = None) -> WarmupRe
         cancelled=interrupted is not None,
     )
     metrics.observe_report(report)
+    ready = sum(report.count(s) for s in ("compiled", "cached", "waited", "fetched"))
     if interrupted is not None:
         logger.warning(
             "warmkit warmup cancelled (SIGINT) after %.2fs: %d key(s) ready, %d failed, %d not "
             "compiled; the process is NOT warm",
             elapsed,
-            report.count("compiled") + report.count("cached"),
+            ready,
             report.count("failed"),
             report.count("skipped"),
         )
@@ -491,7 +515,7 @@ def warmup(config: WarmupConfig | None = None, registry: Any = None) -> WarmupRe
         if loop.aborted:
             msg = (
                 f"warmup failed on kernel {first.kernel!r} key {first.key!r} after "
-                f"{first.seconds:.3f}s: {first.error} ({report.count('compiled') + report.count('cached')} "
+                f"{first.seconds:.3f}s: {first.error} ({ready} "
                 f"key(s) were ready, {report.count('skipped')} not attempted; use "
                 "on_error='collect' to attempt every key)"
             )
@@ -524,10 +548,12 @@ def warmup(config: WarmupConfig | None = None, registry: Any = None) -> WarmupRe
             "under `with registry.activate():` (threads: registry.bind(fn)) or load a manifest"
         )
     logger.info(
-        "warmkit warmup done in %.2fs: %d compiled, %d cached, %d skipped",
+        "warmkit warmup done in %.2fs: %d compiled, %d cached, %d waited, %d fetched, %d skipped",
         elapsed,
         report.count("compiled"),
         report.count("cached"),
+        report.count("waited"),
+        report.count("fetched"),
         report.count("skipped"),
     )
     if config.record is not None:
@@ -561,6 +587,7 @@ class _Run:
             self._bar = tqdm(total=total, desc="warmkit warmup", unit="key", file=sys.stderr)
         self._per_kernel: dict[str, float] = {}
         self._procs: Any = None
+        self.fleet: Any = None
 
     def close(self) -> None:
         if self._bar is not None:
@@ -595,6 +622,7 @@ class _Run:
             return
         target = self.config.target
         scope = None
+        backend = None
         workers = self.jobs
         if backend_name is not None:
             try:
@@ -613,7 +641,7 @@ class _Run:
 
             self._procs = worker_pool(backend, target, len(items), workers)
         with scope if scope is not None else nullcontext():
-            self._compile(backend_name, items, target, workers)
+            self._compile(backend_name, backend, items, target, workers)
 
     def _in_worker(self, kernel: Any, key: Any, target: str | None) -> str | None:
         """Compile ``key`` in a worker process first, if this group uses them (``_workers``)."""
@@ -625,6 +653,7 @@ class _Run:
     def _compile(
         self,
         backend_name: str | None,
+        backend: Any,
         items: list[tuple[Any, Any]],
         target: str | None,
         workers: int,
@@ -634,16 +663,12 @@ class _Run:
             name = type(kernel).name
             try:
                 in_worker = self._in_worker(kernel, key, target)
-                executor, cached = kernel._warmkit_compile(key, target)
+                # compiled, cached, waited (another process of this host) or fetched (store)
+                executor, status = self.fleet.compile(backend, kernel, key, target)
             except Exception as exc:  # noqa: BLE001 -- reported as this backend's keys' failure
                 return ReportEntry(
                     name, backend_name, key, "failed", time.perf_counter() - t0, _describe(exc), exc
                 )
-            status = (
-                "cached"
-                if cached or (isinstance(executor, ReportsCacheHit) and executor.cache_hit is True)
-                else "compiled"
-            )
             if in_worker == "compiled":  # the parent's compile was the worker's cache hit
                 status = "compiled"
             tuning = executor.tuning if isinstance(executor, ReportsTuning) else None

@@ -230,6 +230,20 @@ class Minimal:
             ["cache_dir", "cache_fingerprint", "cache_scope", "relocate_cache_entry"],
         ),
         (warmkit.CacheProbe, ["cache_dir", "verify_cache_entry"]),
+        (
+            warmkit.FleetCapable,
+            [
+                "cache_dir",
+                "cache_fingerprint",
+                "cache_scope",
+                "relocate_cache_entry",
+                "entry_key",
+                "entry_dir",
+                "entry_files",
+                "entry_key_of",
+                "entry_info",
+            ],
+        ),
         (warmkit.Executor, ["__call__"]),
         (warmkit.ReportsCacheHit, ["cache_hit"]),
     ],
@@ -247,6 +261,7 @@ def test_a_minimal_backend_is_a_backend_with_no_optional_capability():
         warmkit.CanonicalTargets,
         warmkit.BundleCapable,
         warmkit.CacheProbe,
+        warmkit.FleetCapable,
     ):
         assert not isinstance(b, capability), capability
     assert backend_module.entry_check(b) is None

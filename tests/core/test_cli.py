@@ -136,7 +136,15 @@ def test_warmup_json_compiles_every_key(capsys, manifest):
     code, out, _err = run(capsys, "warmup", str(manifest), "--json", "-j", "2")
     assert code == 0
     report = json.loads(out)
-    assert report["totals"] == {"compiled": 7, "cached": 0, "failed": 0, "skipped": 0, "keys": 7}
+    assert report["totals"] == {
+        "compiled": 7,
+        "cached": 0,
+        "waited": 0,
+        "fetched": 0,
+        "failed": 0,
+        "skipped": 0,
+        "keys": 7,
+    }
     assert report["jobs"] == 2
     assert len(_kernels.COMPILES) == 7
 

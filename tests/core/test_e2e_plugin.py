@@ -197,7 +197,15 @@ def test_a_manifest_recorded_in_one_process_warms_up_in_another(venv, tmp_path):
     done = _cli(venv, "warmup", str(manifest), "--json", "-j", "2")
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
-    assert report["totals"] == {"compiled": 6, "cached": 0, "failed": 0, "skipped": 0, "keys": 6}
+    assert report["totals"] == {
+        "compiled": 6,
+        "cached": 0,
+        "waited": 0,
+        "fetched": 0,
+        "failed": 0,
+        "skipped": 0,
+        "keys": 6,
+    }
     assert [e["key"] for e in report["entries"]] == keys
     assert {(e["kernel"], e["backend"]) for e in report["entries"]} == {("e2e.echo", "e2e-echo")}
     compiled = log.read_text().splitlines()

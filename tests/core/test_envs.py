@@ -43,6 +43,12 @@ VALID = {
     "WARMKIT_RECORD": [("run-{rank}.json", "run-{rank}.json"), ("", None)],
     "WARMKIT_MANIFEST": [(" m.json ", "m.json"), ("", None)],
     "WARMKIT_COMPILE_PROCESSES": [("auto", "auto"), (" ON ", "on"), ("off", "off")],
+    "WARMKIT_STORE": [("redis://127.0.0.1:6379/0", "redis://127.0.0.1:6379/0"), ("", None)],
+    "WARMKIT_STORE_REQUIRED": [("1", True), ("off", False)],
+    "WARMKIT_STORE_PASSWORD": [("s3cret", "s3cret"), ("", None)],
+    "WARMKIT_READ_ONLY": [("1", True), ("0", False)],
+    "WARMKIT_WAIT_SECONDS": [("300", 300.0), ("0.5", 0.5)],
+    "WARMKIT_LEASE_SECONDS": [("30", 30.0), ("2.5", 2.5)],
 }
 
 INVALID = {
@@ -55,6 +61,10 @@ INVALID = {
     "WARMKIT_RANK": ["first"],
     "WARMKIT_COMPILE_TIMEOUT": ["0", "-1", "soon"],
     "WARMKIT_COMPILE_PROCESSES": ["threads", ""],
+    "WARMKIT_STORE_REQUIRED": ["", "sometimes"],
+    "WARMKIT_READ_ONLY": ["", "ro"],
+    "WARMKIT_WAIT_SECONDS": ["0", "-1", "long"],
+    "WARMKIT_LEASE_SECONDS": ["0", "never"],
 }
 
 FIELD_VARS = {f.name: f"WARMKIT_{f.name.upper()}" for f in attrs.fields(WarmupConfig)}
@@ -113,6 +123,9 @@ def test_from_env_reads_every_field(monkeypatch):
         "WARMKIT_BUNDLE": "kernels.wkb",
         "WARMKIT_COMPILE_TIMEOUT": "12.5",
         "WARMKIT_RECORD": "run-{rank}.json",
+        "WARMKIT_STORE": "redis://127.0.0.1:6379/0",
+        "WARMKIT_STORE_REQUIRED": "1",
+        "WARMKIT_READ_ONLY": "1",
     }
     assert set(env) == set(FIELD_VARS.values())
     for k, v in env.items():
@@ -128,6 +141,9 @@ def test_from_env_reads_every_field(monkeypatch):
         bundle="kernels.wkb",
         compile_timeout=12.5,
         record="run-{rank}.json",
+        store="redis://127.0.0.1:6379/0",
+        store_required=True,
+        read_only=True,
     )
     assert WarmupConfig.from_env(jobs=None, monitor="off", record=None).jobs is None
 
@@ -186,6 +202,8 @@ def _doc_default(value) -> str:
         return "unset"
     if value is True:
         return "`1`"
+    if value is False:
+        return "`0`"
     return f"`{value}`"
 
 

@@ -91,7 +91,15 @@ def test_warmup_compiles_every_planned_key_and_arms_the_monitor(fake_backend):
     assert [e.backend for e in report.entries] == [None] * 3 + ["fake"] * 3
     assert all(e.seconds >= 0 for e in report.entries)
     assert report.ok and report.failures == ()
-    assert report.totals() == {"compiled": 6, "cached": 0, "failed": 0, "skipped": 0, "keys": 6}
+    assert report.totals() == {
+        "compiled": 6,
+        "cached": 0,
+        "waited": 0,
+        "fetched": 0,
+        "failed": 0,
+        "skipped": 0,
+        "keys": 6,
+    }
     assert [(k, t) for _n, k, t in _kernels.COMPILES] == [(e.key, None) for e in report.entries]
     # the local device ("cpu" == default_target) shares the runtime cache
     assert report.monitor == "warn"
@@ -510,7 +518,15 @@ def test_report_to_dict_to_json_and_table():
     report = info.value.report
     d = report.to_dict()
     assert d["enabled"] is True and d["jobs"] == 1 and d["target"] is None
-    assert d["totals"] == {"compiled": 3, "cached": 0, "failed": 1, "skipped": 0, "keys": 4}
+    assert d["totals"] == {
+        "compiled": 3,
+        "cached": 0,
+        "waited": 0,
+        "fetched": 0,
+        "failed": 1,
+        "skipped": 0,
+        "keys": 4,
+    }
     assert d["entries"][1] == {
         "kind": "declared",
         "kernel": PyKernel.name,

@@ -142,6 +142,31 @@ def check_compile_and_kernel_cache() -> None:
     assert not any(compiled in cache.values() for cache in api.kernel_caches(add_kernel))
 
 
+@canary("probe_cache_hash")
+def check_probe_cache_hash(triton_cache: Path) -> None:
+    args = (*ARGS[:2], WarmupTensor("float32", (1024,)), ARGS[3])
+    with aot_driver(AotDriver(parse_target("cuda:90"))):
+        device = api.prepare_function(add_kernel)
+        api.drop_device(add_kernel, device)
+        device = api.prepare_function(add_kernel)
+        probed = api.probe_cache_hash(add_kernel, args, {"BLOCK": 128}, {"num_warps": 4})
+        assert probed is not None and not any(triton_cache.glob("*/*.cubin"))  # compiled nothing
+        assert not any(c for c in api.kernel_caches(add_kernel))  # cached nothing in memory
+        compiled = api.warmup(add_kernel, args, {"BLOCK": 128}, {"num_warps": 4})
+        assert api.compiled_identity(compiled)[0] == probed  # the hash Triton then wrote
+        # an in-memory hit: nothing to compile, so no key
+        assert api.probe_cache_hash(add_kernel, args, {"BLOCK": 128}, {"num_warps": 4}) is None
+        api.drop_device(add_kernel, device)
+
+
+@canary("cache_is_redirected")
+def check_cache_is_redirected() -> None:
+    assert api.cache_is_redirected() is False
+    with triton.knobs.runtime.scope():
+        triton.knobs.runtime.add_stages_inspection_hook = lambda *a: ("", "")
+        assert api.cache_is_redirected() is True
+
+
 @canary("binder", "specialization_of", "scalar_specializer", "wrap_warmup_arg")
 def check_specialization() -> None:
     import torch

@@ -22,8 +22,10 @@ compile (``AsyncCompileMode`` dedupes by Triton's cache key).
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import contextvars
+import json
 import logging
 import os
 import threading
@@ -35,12 +37,17 @@ from typing import Any
 
 import attrs
 
+from warmkit import current_fleet
+
 from . import _autotune, _hooks, _tuned
 from . import _triton_api as api
 from ._aot import (
+    AOT_RECORD,
+    CHECKED_FIELDS,
     AotArtifact,
     AotDriver,
     Target,
+    _cached_record,
     aot_driver,
     cache_dir,
     fingerprint,
@@ -50,7 +57,13 @@ from ._aot import (
     validate_target,
     write_entry_record,
 )
-from ._cache import entry_dir, record_entry, verify_cache_entry, verifying
+from ._cache import (
+    custom_cache_manager,
+    entry_dir,
+    record_entry,
+    verify_cache_entry,
+    verifying,
+)
 from ._kernel import InterpretedExecutor, TritonExecutor, check_warmup_args
 from ._triton_api import INSTALL_HINT, TritonNotInstalledError, require_triton
 
@@ -62,6 +75,18 @@ logger = logging.getLogger(__name__)
 INTERPRETER = "interpreter"
 
 _prep_lock = threading.RLock()
+
+# Set by entry_key(): the compile path runs up to Triton's cache key and stops there.
+_probing: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "warmkit_triton_probing", default=False
+)
+
+
+class _Probed(Exception):
+    """Carries an entry key (or None: nothing to compile) out of ``compile()``."""
+
+    def __init__(self, digest: str | None) -> None:
+        self.digest = digest
 
 
 class _ContextThreadPool(ThreadPoolExecutor):
@@ -321,6 +346,8 @@ class TritonBackend:
         def call() -> Any:
             return api.warmup(fn, args, kwargs, options)
 
+        if _probing.get():
+            raise _Probed(api.probe_cache_hash(fn, args, kwargs, options))
         if scope is not None:
             scope.fns.add(fn)
         if scope is None or scope.mode is None:
@@ -433,9 +460,11 @@ class TritonBackend:
             cache_dir=cache_dir(),
             cache_hit=hit is not False,
         )
-        write_entry_record(artifact, tgt)
-        if not artifact.cache_hit:
-            record_entry(artifact.entry_dir)
+        fleet = current_fleet()
+        if fleet is None or not fleet.read_only:  # read-only serving writes nothing
+            write_entry_record(artifact, tgt)
+            if not artifact.cache_hit:
+                record_entry(artifact.entry_dir)
         if scope is None:
             api.drop_device(fn, drv.device)
         logger.debug(
@@ -447,6 +476,99 @@ class TritonBackend:
             artifact.hash[:12],
         )
         return artifact
+
+    # -- cache entries (the fleet store, docs/fleet.md) ------------------------------------------
+
+    def entry_key(self, kernel: Any, key: Any, target: str | None) -> str | None:
+        """Triton's cache hash (hex sha256) of what ``compile(kernel, key, target)`` writes, without compiling.
+
+        It runs the kernel's own ``JITFunction.warmup`` up to the point where
+        Triton has computed the cache key and would compile
+        (``_triton_api.probe_cache_hash``).
+
+        Returns:
+            The hash, or None when it cannot be known here: the variant is
+            already in Triton's memory, the kernel is interpreted, or a custom
+            ``TRITON_CACHE_MANAGER``/``TRITON_REMOTE_CACHE_BACKEND`` or stages
+            inspection hook decides where entries live.
+        """
+        if custom_cache_manager() or api.cache_is_redirected():
+            return None
+        token = _probing.set(True)
+        try:
+            self.compile(kernel, key, target)
+        except _Probed as probed:
+            return probed.digest
+        finally:
+            _probing.reset(token)
+        return None
+
+    def entry_dir(self, entry_key: str) -> Path:
+        """The directory of entry ``entry_key`` in the Triton cache (the base32 of the hash)."""
+        return Path(api.cache_entry_dir(cache_dir(), entry_key))
+
+    def entry_files(self, entry_key: str) -> dict[str, Path] | None:
+        """The files of a complete local entry (as Triton's ``get_group`` decides), or None.
+
+        Complete means a ``__grp__*.json`` whose every listed file exists; the
+        warmkit AOT record is included when present.
+        """
+        directory = self.entry_dir(entry_key)
+        for grp in sorted(directory.glob(api.GROUP_FILE_GLOB)):
+            try:
+                children = api.group_children(grp)
+            except (OSError, ValueError):
+                continue
+            paths = {Path(p).name: Path(p) for p in children.values()}
+            if paths and all(p.is_file() for p in paths.values()):
+                files = {grp.name: grp, **paths}
+                record = directory / AOT_RECORD
+                if record.is_file():
+                    files[AOT_RECORD] = record
+                return files
+        return None
+
+    def entry_key_of(self, directory: str | os.PathLike[str]) -> str | None:
+        """The hash of the entry in ``directory`` (the inverse of ``entry_dir``); None if not one."""
+        name = Path(directory).name
+        try:
+            digest = base64.b32decode(name + "=" * (-len(name) % 8)).hex()
+        except ValueError:
+            return None
+        return digest if len(digest) == 64 else None
+
+    def entry_info(self, directory: str | os.PathLike[str]) -> dict[str, Any]:
+        """What ``warmkit cache info`` shows of an entry: its kernel, target, and why it is stale.
+
+        Stale means the entry's warmkit AOT record says it was built by another
+        Triton wheel, CPython ABI, ptxas or cache-relevant environment than
+        this process has: Triton here would never look it up. An entry without
+        a record (Triton wrote it on its own) is named by its function and
+        never called stale, since nothing says what built it.
+        """
+        d = Path(directory)
+        groups = sorted(d.glob(api.GROUP_FILE_GLOB))
+        info: dict[str, Any] = {
+            "kernel": groups[0].name[len(api.GROUP_FILE_PREFIX) : -len(".json")] if groups else "?",
+            "target": None,
+            "stale": None,
+        }
+        try:
+            data = json.loads((d / AOT_RECORD).read_text())
+            recorded, target = data["validity"], data["target"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return info
+        info["kernel"], info["target"] = data.get("kernel", info["kernel"]), target
+        try:
+            here = _cached_record(parse_target(target))
+        except ValueError as exc:
+            return info | {"stale": f"unknown target {target!r} ({exc})"}
+        for field in CHECKED_FIELDS:
+            if recorded.get(field) != here.get(field):
+                return info | {
+                    "stale": f"{field} {recorded.get(field)!r}, here {here.get(field)!r}"
+                }
+        return info
 
     # -- persistent cache (warmkit bundles) ---------------------------------------------------------
 

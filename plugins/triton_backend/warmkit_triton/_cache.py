@@ -102,6 +102,12 @@ _users = 0
 _cls: type | None = None
 
 
+def custom_cache_manager() -> bool:
+    """Whether a cache manager other than warmkit's verifying one is in effect (``TRITON_CACHE_MANAGER``)."""
+    cls = api.cache_manager_class()
+    return cls is not None and cls is not _cls
+
+
 @contextlib.contextmanager
 def verifying() -> Iterator[None]:
     """Make Triton's cache verify entries before each hit, for the block (refcounted, process-wide)."""

@@ -124,6 +124,21 @@ def cache_manager_class() -> Any:
     return knobs.cache.manager_class
 
 
+def cache_is_redirected() -> bool:
+    """Whether entries may live elsewhere than the cache directory, or hash differently.
+
+    True with ``TRITON_REMOTE_CACHE_BACKEND`` (``knobs.cache.remote_manager_class``)
+    or a stages inspection hook (``knobs.runtime.add_stages_inspection_hook``,
+    which 3.9 adds to the hashed key). Checked: 3.6.0, 3.9.0.
+    """
+    from triton import knobs
+
+    return (
+        knobs.cache.remote_manager_class is not None
+        or getattr(knobs.runtime, "add_stages_inspection_hook", None) is not None
+    )
+
+
 def set_cache_manager_class(cls: Any) -> None:
     """Set ``knobs.cache.manager_class``; None goes back to the environment's. Checked: 3.6.0, 3.9.0."""
     from triton import knobs

@@ -387,6 +387,45 @@ def active_async_mode(mode: Any) -> Iterator[None]:
         _async_compile.active_mode.reset(token)
 
 
+class _CacheKeyProbe(Exception):
+    """Carries the cache key out of ``JITFunction.warmup`` before anything compiles."""
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+
+
+class _ProbeMode:
+    """An ``AsyncCompileMode`` stand-in that refuses every submission, raising its cache key.
+
+    ``JITFunction._do_compile`` computes ``get_cache_key(src, backend, options,
+    env_vars)`` (the string ``triton.compile`` hashes) and hands it to the
+    active async mode's ``submit(key, compile, finalize[, cleanup])``, before
+    compiling or caching anything.
+    """
+
+    def submit(self, key: str, *_fns: Any) -> Any:
+        raise _CacheKeyProbe(key)
+
+
+def probe_cache_hash(
+    fn: Any, args: Sequence[Any], kwargs: Mapping[str, Any], options: Mapping[str, Any]
+) -> str | None:
+    """The cache hash (hex sha256) ``warmup(fn, args, kwargs, options)`` would write, compiling nothing.
+
+    Nothing is compiled, written or put in the in-memory cache. Returns None
+    when the variant is already in ``fn``'s in-memory cache (Triton has nothing
+    to compile). Checked: 3.6.0, 3.9.0.
+    """
+    import hashlib
+
+    with active_async_mode(_ProbeMode()):
+        try:
+            warmup(fn, args, kwargs, options)
+        except _CacheKeyProbe as probe:
+            return hashlib.sha256(probe.key.encode("utf-8")).hexdigest()
+    return None
+
+
 def is_future(kernel: Any) -> bool:
     """Whether ``kernel`` is a ``FutureKernel`` (a compile submitted under an async mode).
 

@@ -1,0 +1,491 @@
+"""Compile once per fleet: single-flight on one host, a shared store across hosts, read-only serving.
+
+For each key of a warmup whose backend can address its cache entries (the
+*entries capability* below), ``Fleet.compile`` does, in order:
+
+1. the backend computes the entry key, without compiling (Triton: its cache hash);
+2. the entry is in the local cache: load it (``cached``);
+3. read-only serving: a miss is a ``CacheMissError``; nothing is ever written;
+4. take the host lock for the key (an OS file lock in the cache directory,
+   through ``filelock``; a killed holder's lock is released by the kernel).
+   Waiting for it is bounded by ``WARMKIT_WAIT_SECONDS``, then this process
+   compiles itself and logs why. When another process of the host compiled
+   the key meanwhile, load it (``waited``);
+5. with a store: fetch the entry, verify every file against its sha256,
+   install it into the local cache and load it (``fetched``). A bad entry is
+   logged with its key, deleted from the store and never loaded;
+6. with a store: take the key's fleet-wide lease (renewed while compiling;
+   a dead holder's lease expires after ``WARMKIT_LEASE_SECONDS``). While
+   another process holds it, poll the store for its result (``fetched``);
+7. compile (``compiled``), then publish the entry in one atomic step.
+
+An unreachable store is warned about once; the warmup goes on locally, unless
+``store_required=True``.
+
+A backend takes part by being a ``warmkit.FleetCapable`` (its entry key
+without compiling, its local entry's directory and files, plus the bundle
+capabilities); any other backend's keys compile as without a fleet.
+
+Other entry kinds (autotune results, recorded kernels) use ``current_fleet()``
+and ``Fleet.fetch`` / ``Fleet.publish`` with keys of their own kind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import logging
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from . import _envs
+from ._backend import FleetCapable, ReportsCacheHit
+from ._exceptions import (
+    BundleError,
+    CacheMissError,
+    StoreError,
+    StoreUnavailableError,
+    WarmkitError,
+)
+from ._store import Lease, Store, StoredEntry, entry_meta, open_store, verify_entry
+
+__all__ = ["Fleet", "current_fleet"]
+
+logger = logging.getLogger(__name__)
+
+LOCK_DIR = ".warmkit-locks"
+
+_current: contextvars.ContextVar[Fleet | None] = contextvars.ContextVar(
+    "warmkit_fleet", default=None
+)
+
+
+def current_fleet() -> Fleet | None:
+    """The ``Fleet`` of the warmup in progress in this thread (None outside a warmup).
+
+    A backend or kernel that produces entries of its own kind (autotune
+    results, recorded kernels) calls ``fetch``/``publish`` on it.
+    """
+    return _current.get()
+
+
+def _supports_entries(backend: Any) -> bool:
+    return isinstance(backend, FleetCapable)
+
+
+def _read_files(files: Mapping[str, Path]) -> dict[str, bytes]:
+    return {name: Path(p).read_bytes() for name, p in files.items()}
+
+
+class Fleet:
+    """One warmup's view of the host's other processes and of the shared store.
+
+    Args:
+        store: a store URL or directory, or None (the local cache only).
+        store_required: an unreachable store fails the keys instead of degrading.
+        read_only: load only; write nothing; a miss is a ``CacheMissError``.
+    """
+
+    def __init__(
+        self, store: str | None, *, store_required: bool = False, read_only: bool = False
+    ) -> None:
+        self.url = store
+        self.store_required = store_required
+        self.read_only = read_only
+        self.wait_seconds: float = _envs.get("WARMKIT_WAIT_SECONDS")
+        self.lease_seconds: float = _envs.get("WARMKIT_LEASE_SECONDS")
+        self._store: Store | None = None
+        self._down = False
+        self._lock = threading.Lock()
+        self._leases: dict[str, Lease] = {}
+        self._stop = threading.Event()
+        self._renewer: threading.Thread | None = None
+        self._checked_dirs: set[Path] = set()
+        self.counts: dict[str, int] = {}
+        if store is not None and not read_only:
+            try:
+                self._store = open_store(store)
+            except StoreUnavailableError as exc:
+                self._degrade(exc)
+
+    # -- the store, degrading when it goes away ---------------------------------------------------
+
+    @property
+    def store(self) -> Store | None:
+        """The store, or None without one (or after it became unreachable)."""
+        return None if self._down else self._store
+
+    def _degrade(self, exc: StoreError) -> None:
+        if self.store_required:
+            raise exc
+        with self._lock:
+            first, self._down = not self._down, True
+        if first:
+            logger.warning(
+                "warmkit store %s is unreachable (%s); this warmup compiles locally. "
+                "Set store_required=True (WARMKIT_STORE_REQUIRED=1) to fail instead.",
+                self.url,
+                exc,
+            )
+
+    def _call(self, fn: Callable[..., Any], *args: Any, default: Any = None) -> Any:
+        if self.store is None:
+            return default
+        try:
+            return fn(*args)
+        except StoreUnavailableError as exc:
+            self._degrade(exc)
+            return default
+
+    def fetch(self, key: str) -> dict[str, bytes] | None:
+        """The verified files of store entry ``key``; None when absent, unreachable or bad.
+
+        A bad entry (any file whose sha256 or size differs from the manifest,
+        a missing or extra file) is logged with its key and deleted from the
+        store, so that the next process recompiles and republishes it.
+        """
+        found = self._fetch_entry(key)
+        return dict(found.files) if found is not None else None
+
+    def _fetch_entry(self, key: str) -> StoredEntry | None:
+        entry = self._call(lambda: self.store.get(key))  # type: ignore[union-attr]
+        if entry is None:
+            return None
+        problems = verify_entry(entry)
+        if problems:
+            logger.error(
+                "warmkit store %s: refusing entry %s, it fails verification: %s; deleting it "
+                "from the store and compiling it again",
+                self.url,
+                key,
+                "; ".join(problems),
+            )
+            self._call(lambda: self.store.delete(key, entry.meta))  # type: ignore[union-attr]
+            self._count("refused")
+            return None
+        return entry
+
+    def publish(self, key: str, files: Mapping[str, bytes], **info: Any) -> bool:
+        """Publish ``files`` as store entry ``key`` in one atomic step; False if not published.
+
+        A read-only fleet, no store, an unreachable store, or an entry that is
+        already there (it is kept: the first publisher wins) all return False.
+        """
+        if self.read_only or self.store is None:
+            return False
+        meta = entry_meta(key, files, **info)
+        return bool(self._call(lambda: self.store.put(key, files, meta), default=False))  # type: ignore[union-attr]
+
+    def _count(self, what: str) -> None:
+        with self._lock:
+            self.counts[what] = self.counts.get(what, 0) + 1
+
+    # -- leases --------------------------------------------------------------------------------------
+
+    def _hold(self, lease: Lease) -> None:
+        with self._lock:
+            self._leases[lease.key] = lease
+            if self._renewer is None:
+                self._renewer = threading.Thread(
+                    target=self._renew_loop, name="warmkit-lease", daemon=True
+                )
+                self._renewer.start()
+
+    def _drop(self, lease: Lease) -> None:
+        with self._lock:
+            self._leases.pop(lease.key, None)
+        self._call(lease.release)
+
+    def _renew_loop(self) -> None:
+        while not self._stop.wait(self.lease_seconds / 3):
+            with self._lock:
+                held = list(self._leases.values())
+            for lease in held:
+                if self._call(lease.renew, default=True) is False:
+                    logger.warning(
+                        "warmkit store %s: lost the lease on %s while compiling it (it expired "
+                        "and another process took it over); both may compile it, the first "
+                        "publish wins",
+                        self.url,
+                        lease.key,
+                    )
+
+    def close(self) -> None:
+        """Release every lease still held, stop renewing and close the store."""
+        self._stop.set()
+        with self._lock:
+            held = list(self._leases.values())
+            self._leases.clear()
+        for lease in held:
+            self._call(lease.release)
+        if self._renewer is not None:
+            self._renewer.join(timeout=5)
+        if self._store is not None:
+            with contextlib.suppress(Exception):
+                self._store.close()
+
+    @contextlib.contextmanager
+    def active(self) -> Iterator[Fleet]:
+        """Make this the ``current_fleet()`` for the block, and close it afterwards."""
+        token = _current.set(self)
+        try:
+            yield self
+        finally:
+            _current.reset(token)
+            self.close()
+
+    # -- one key -------------------------------------------------------------------------------------
+
+    def compile(self, backend: Any, kernel: Any, key: Any, target: str | None) -> tuple[Any, str]:
+        """Compile (or load, wait for, fetch) one key; return ``(executor, status)``.
+
+        ``status`` is ``compiled``, ``cached``, ``waited`` or ``fetched``.
+
+        Raises:
+            CacheMissError: read-only serving, and the key is not in the cache.
+            StoreUnavailableError: the store is unreachable and ``store_required``.
+        """
+
+        def plain() -> tuple[Any, bool]:
+            executor, cached = kernel._warmkit_compile(key, target)
+            hit = isinstance(executor, ReportsCacheHit) and executor.cache_hit is True
+            return executor, cached or hit
+
+        name = type(kernel).name
+        ek = self._entry_key(backend, kernel, key, target)
+        if ek is None:
+            executor, hit = plain()
+            if self.read_only and not hit:
+                raise CacheMissError(
+                    f"read-only serving: kernel {name!r} key {key!r} was not in the cache and "
+                    "was compiled in memory; add it to the bundle baked into the image",
+                    kernel=name,
+                    key=key,
+                )
+            return executor, "cached" if hit else "compiled"
+        if backend.entry_files(ek) is not None:
+            return self._load(plain, "cached", name, key, ek)
+        if self.read_only:
+            raise CacheMissError(
+                f"read-only serving: kernel {name!r} key {key!r} (entry {ek}) is not in the cache "
+                f"{backend.cache_dir()}; nothing may be compiled or written. Add the key to the "
+                "bundle baked into the image, or drop read_only (WARMKIT_READ_ONLY)",
+                kernel=name,
+                key=key,
+                directory=str(backend.cache_dir()),
+            )
+        store_key = f"{backend.name}/{ek}"
+        with self._host_lock(backend, ek, name, key) as waited:
+            if waited and backend.entry_files(ek) is not None:
+                return self._load(plain, "waited", name, key, ek)
+            if self.store is None:
+                return self._produce(plain, backend, ek, store_key, name, key, target, None)
+            return self._through_store(plain, backend, ek, store_key, name, key, target)
+
+    def _entry_key(self, backend: Any, kernel: Any, key: Any, target: str | None) -> str | None:
+        if not _supports_entries(backend) or kernel._warmkit_in_memory(key, target):
+            return None
+        # A kernel whose compile() does not use the backend's entry is caught by _load():
+        # it reports what its executor says (cache_hit), never a status it did not earn.
+        ek = backend.entry_key(kernel, key, target)
+        if ek is not None and not self.read_only:
+            self._check_writable(backend)
+        return ek
+
+    def _check_writable(self, backend: Any) -> None:
+        directory = Path(backend.cache_dir())
+        if directory in self._checked_dirs:
+            return
+        try:
+            (directory / LOCK_DIR).mkdir(parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile(dir=directory / LOCK_DIR, prefix=".probe-"):
+                pass
+        except OSError as exc:
+            raise WarmkitError(
+                f"the {backend.name} cache directory {directory} is not writable ({exc}). For a "
+                "read-only cache baked into an image, warm up with read_only=True "
+                "(WARMKIT_READ_ONLY=1); otherwise point the cache at a writable directory"
+            ) from exc
+        self._checked_dirs.add(directory)
+
+    def _load(
+        self, plain: Callable[[], tuple[Any, bool]], status: str, name: str, key: Any, ek: str
+    ) -> tuple[Any, str]:
+        executor, hit = plain()
+        if not hit:
+            # The entry vanished or did not match after all (e.g. pruned meanwhile): it was
+            # compiled here, and the report must say so.
+            logger.info("kernel %s key %r: entry %s was not a cache hit; compiled", name, key, ek)
+            return executor, "compiled"
+        return executor, status
+
+    @contextlib.contextmanager
+    def _host_lock(self, backend: Any, ek: str, name: str, key: Any) -> Iterator[bool]:
+        """Hold the host's lock for ``ek``; yields True when another process held it first."""
+        from filelock import FileLock, Timeout
+
+        lock = FileLock(Path(backend.cache_dir()) / LOCK_DIR / f"{ek}.lock", thread_local=False)
+        waited = False
+        try:
+            lock.acquire(timeout=0)
+        except Timeout:
+            waited = True
+            try:
+                lock.acquire(timeout=self.wait_seconds)
+            except Timeout:
+                logger.warning(
+                    "kernel %s key %r: waited %.0fs (WARMKIT_WAIT_SECONDS) for another process "
+                    "of this host to compile entry %s; compiling it here",
+                    name,
+                    key,
+                    self.wait_seconds,
+                    ek,
+                )
+                yield True
+                return
+        try:
+            yield waited
+        finally:
+            lock.release()
+
+    def _through_store(
+        self,
+        plain: Callable[[], tuple[Any, bool]],
+        backend: Any,
+        ek: str,
+        store_key: str,
+        name: str,
+        key: Any,
+        target: str | None,
+    ) -> tuple[Any, str]:
+        deadline = time.monotonic() + self.wait_seconds
+        pause = 0.02
+        while True:
+            if self._install(backend, ek, store_key, target):
+                return self._load(plain, "fetched", name, key, ek)
+            if self.store is None:  # went away: compile locally
+                return self._produce(plain, backend, ek, store_key, name, key, target, None)
+            lease = self._call(lambda: self.store.acquire(store_key, self.lease_seconds))  # type: ignore[union-attr]
+            if lease is not None:
+                # Published between our fetch and our lease?
+                if self._install(backend, ek, store_key, target):
+                    self._call(lease.release)
+                    return self._load(plain, "fetched", name, key, ek)
+                return self._produce(plain, backend, ek, store_key, name, key, target, lease)
+            if time.monotonic() > deadline:
+                logger.warning(
+                    "kernel %s key %r: waited %.0fs (WARMKIT_WAIT_SECONDS) for the process "
+                    "holding the lease on %s; compiling it here",
+                    name,
+                    key,
+                    self.wait_seconds,
+                    store_key,
+                )
+                return self._produce(plain, backend, ek, store_key, name, key, target, None)
+            time.sleep(pause)
+            pause = min(pause * 1.5, 0.25)
+
+    def _produce(
+        self,
+        plain: Callable[[], tuple[Any, bool]],
+        backend: Any,
+        ek: str,
+        store_key: str,
+        name: str,
+        key: Any,
+        target: str | None,
+        lease: Lease | None,
+    ) -> tuple[Any, str]:
+        if lease is not None:
+            self._hold(lease)
+        try:
+            executor, hit = plain()
+            if self.store is not None:
+                files = backend.entry_files(ek)
+                if files is None:
+                    logger.warning(
+                        "kernel %s key %r: no complete local entry %s after compiling; not "
+                        "published",
+                        name,
+                        key,
+                        ek,
+                    )
+                else:
+                    self.publish(
+                        store_key,
+                        _read_files(files),
+                        kernel=name,
+                        warmkit_key=repr(key),
+                        target=target,
+                        fingerprint=backend.cache_fingerprint(target),
+                    )
+        finally:
+            if lease is not None:
+                self._drop(lease)
+        return executor, "cached" if hit else "compiled"
+
+    def _install(
+        self,
+        backend: Any,
+        ek: str,
+        store_key: str,
+        target: str | None,
+        entry: StoredEntry | None = None,
+    ) -> bool:
+        """Fetch ``store_key`` (unless given, verified), and publish it into the local cache.
+
+        Returns:
+            True when the entry is now in the local cache.
+        """
+        entry = entry or self._fetch_entry(store_key)
+        if entry is None:
+            return False
+        recorded = entry.meta.get("fingerprint")
+        here = backend.cache_fingerprint(target)
+        if recorded != here:
+            diff = sorted(
+                f for f in set(recorded or {}) | set(here) if (recorded or {}).get(f) != here.get(f)
+            )
+            logger.error(
+                "warmkit store %s: entry %s was built for another %s; not loading it",
+                self.url,
+                store_key,
+                ", ".join(diff) or "fingerprint",
+            )
+            return False
+        from ._bundle import _publish
+
+        final = Path(backend.entry_dir(ek))
+        final.parent.mkdir(parents=True, exist_ok=True)
+        staged = Path(tempfile.mkdtemp(prefix=".warmkit-fetch-", dir=final.parent))
+        try:
+            for fname, data in entry.files.items():
+                (staged / fname).write_bytes(data)
+            # Relocates, records the files' sha256 (warmkit._integrity), checks the entry's
+            # structure with the backend, then renames it into place.
+            _publish(backend, staged, final, {}, store_key)
+        except BundleError as exc:
+            logger.error(
+                "warmkit store %s: refusing entry %s (%s); deleting it from the store and "
+                "compiling it again",
+                self.url,
+                store_key,
+                exc,
+            )
+            self._call(lambda: self.store.delete(store_key, entry.meta))  # type: ignore[union-attr]
+            self._count("refused")
+            return False
+        finally:
+            shutil.rmtree(staged, ignore_errors=True)
+        self._count("fetched")
+        return True
+
+
+def fleet_for(config: Any) -> Fleet:
+    """The ``Fleet`` a ``WarmupConfig`` asks for."""
+    return Fleet(config.store, store_required=config.store_required, read_only=config.read_only)
