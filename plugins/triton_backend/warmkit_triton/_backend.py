@@ -488,11 +488,18 @@ class TritonBackend:
 
         Returns:
             The hash, or None when it cannot be known here: the variant is
-            already in Triton's memory, the kernel is interpreted, or a custom
+            already in Triton's memory, the kernel is interpreted or autotuned, or a custom
             ``TRITON_CACHE_MANAGER``/``TRITON_REMOTE_CACHE_BACKEND`` or stages
             inspection hook decides where entries live.
         """
         if custom_cache_manager() or api.cache_is_redirected():
+            return None
+        fn = getattr(kernel, "fn", None)
+        if fn is None or not api.is_jit_function(fn) or api.is_interpreted(fn):
+            return None  # compile() says why, or there is nothing on disk to share
+        if _autotune.unwrap(fn) is not None:
+            # An autotuned stack compiles one entry per surviving config and benchmarks them:
+            # it has no single entry key (its tuned results are entries of their own).
             return None
         token = _probing.set(True)
         try:
