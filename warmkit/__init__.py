@@ -24,6 +24,7 @@ from ._backend import (
     ReportsTuning,
     SpecializationMap,
     TunedResults,
+    TuningPlan,
     current_target,
 )
 from ._exceptions import (
@@ -101,6 +102,7 @@ __all__ = [
     "StoreError",
     "StoreUnavailableError",
     "TunedResults",
+    "TuningPlan",
     "WarmkitError",
     "WarmupConfig",
     "WarmupError",

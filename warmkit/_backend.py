@@ -41,6 +41,7 @@ __all__ = [
     "SpecializationMap",
     "TileLangStubBackend",
     "TunedResults",
+    "TuningPlan",
     "current_target",
     "entry_check",
     "missing_members",
@@ -265,6 +266,15 @@ class SpecializationMap(Protocol):
         self, kernel: Any, keys: list[Any], target: str | None
     ) -> list[tuple[str, dict[str, Any]]]:
         """``(function import path, {"args", "options"})`` per key, in recorded-entry form, no compile."""
+        ...
+
+
+@runtime_checkable
+class TuningPlan(Protocol):
+    """Optional: which of a kernel's keys still need tuning on a device (``warmkit plan`` says so)."""
+
+    def tuning_plan(self, kernel: Any, keys: list[Any], target: str | None) -> dict[Any, str]:
+        """Key -> a short note (e.g. ``"needs device tuning"``), for the keys that are autotuned."""
         ...
 
 

@@ -40,6 +40,8 @@ from ._exceptions import (
 
 __all__ = ["main"]
 
+logger = logging.getLogger(__name__)
+
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports it
 
@@ -316,14 +318,37 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(plan | {"recorded": recorded} if recorded else plan, indent=2))
         return EXIT_OK
+    notes = _tuning_notes(registry, target)
     for title, section in (("", plan), (" [recorded]", recorded)):
         for name, keys in section.items():
             print(f"{name}{title}: {len(keys)} key(s)")
             for key in keys:
-                print(f"  {key}")
+                note = notes.get((name, key)) if not title else None
+                print(f"  {key}" + (f"  [{note}]" if note else ""))
     n = sum(map(len, plan.values())) + sum(map(len, recorded.values()))
     print(f"total: {n} key(s) in {len(plan) + len(recorded)} kernel(s)")
     return EXIT_OK
+
+
+def _tuning_notes(registry: Any, target: str | None) -> dict[tuple[str, str], str]:
+    """(kernel, repr(key)) -> what its backend says about tuning (autotuned keys only)."""
+    from ._backend import TuningPlan
+    from ._plugins import get_backend
+
+    out: dict[tuple[str, str], str] = {}
+    for name, (kernel, keys) in registry.resolve().items():
+        backend_name = type(kernel).backend
+        if backend_name is None:
+            continue
+        try:
+            backend = get_backend(backend_name, kernel=name)
+        except Exception as exc:  # noqa: BLE001 - plan lists keys even where the backend is missing
+            logger.debug("plan: no tuning notes for %s (backend %s: %s)", name, backend_name, exc)
+            continue
+        if isinstance(backend, TuningPlan):
+            for key, note in backend.tuning_plan(kernel, keys, target).items():
+                out[(name, repr(key))] = note
+    return out
 
 
 def _cmd_warmup(args: argparse.Namespace) -> int:

@@ -334,3 +334,22 @@ def test_on_the_gpu_first_calls_compile_and_benchmark_nothing(tmp_path):
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     res = json.loads(out.read_text())["results"]
     assert res["problems"] == [] and res["bundle_build"]["tuned_in_bundle"] >= 2
+
+
+def test_plan_says_which_keys_need_device_tuning(tmp_path, triton_cache):
+    _store(triton_cache, gpu="NVIDIA H200")  # a winner for n=1000 only
+    reg = warmkit.WarmupRegistry()
+    reg.add(K.TunedScale, n=[1000, 3000])
+    reg.add(K.HeurCopy, n=100)
+    manifest = reg.save(tmp_path / "warmup.json")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WARMKIT_")}
+    env |= {"TRITON_CACHE_DIR": str(triton_cache), "PYTHONPATH": str(IMPORT_ROOT)}
+    out = subprocess.run(
+        [sys.executable, "-m", "warmkit", "plan", str(manifest), "--target", AOT_TARGET],
+        env=env, cwd=REPO, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    lines = [line for line in out.stdout.splitlines() if "CompileKey(" in line]
+    assert lines[0].endswith("[tuned on NVIDIA H200]")
+    assert lines[1].endswith("[needs device tuning]")
+    assert "[" not in lines[2].split(")", 1)[1]  # a heuristic kernel: nothing to tune

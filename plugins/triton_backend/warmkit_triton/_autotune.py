@@ -494,6 +494,14 @@ class AutotunedArtifact:
         )
 
 
+def tuning_key_of(kernel: Any, stack: Stack, key: Any) -> tuple[Any, ...] | None:
+    """The autotune key a compile key's warmup arguments give (no compile)."""
+    args, kwargs = _warmup_pair(kernel.name, kernel.warmup_args(key))
+    options = dict(kernel.launch_options(key) or {})
+    configs = stack.tuner.configs if stack.tuner is not None else [None]
+    return derive(stack, args, {**kwargs, **options}, configs[0]).tuning_key
+
+
 def _warmup_pair(kernel: str, warmup: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
     if not (isinstance(warmup, tuple) and len(warmup) == 2 and isinstance(warmup[1], Mapping)):
         raise TypeError(

@@ -644,6 +644,33 @@ class TritonBackend:
             for cache in api.kernel_caches(fn):
                 cache.clear()
 
+    def tuning_plan(self, kernel: Any, keys: list[Any], target: str | None) -> dict[Any, str]:
+        """For each autotuned key: ``"needs device tuning"``, or the GPU models with a stored winner.
+
+        Args:
+            kernel: a ``TritonKernel``.
+            keys: its keys.
+            target: the target the keys would be compiled for (None: this device's).
+        """
+        stack = _autotune.unwrap(getattr(kernel, "fn", None))
+        if stack is None or stack.tuner is None or len(stack.tuner.configs) <= 1:
+            return {}
+        tgt = target if target is not None else self.default_target()
+        out: dict[Any, str] = {}
+        for key in keys:
+            try:
+                tkey = _autotune.tuning_key_of(kernel, stack, key)
+            except Exception as exc:  # noqa: BLE001 - a note, the warmup reports the error
+                out[key] = f"autotuned; cannot derive its autotune key: {exc}"
+                continue
+            if tgt is None:
+                out[key] = "autotuned; pass --target to see whether it is tuned"
+                continue
+            rid = _tuned.result_id(stack, tkey, "", str(tgt))
+            known = _tuned.known_winners(stack, rid, cache_dir())
+            out[key] = f"tuned on {', '.join(sorted(known))}" if known else "needs device tuning"
+        return out
+
     def tuned_results(
         self, directory: str | os.PathLike[str] | None = None
     ) -> list[dict[str, Any]]:
