@@ -1,4 +1,4 @@
-"""B10: autotuned kernels warmed on the device, shipped in a bundle, served with 0 compiles and 0 benchmarks.
+"""B11: autotuned kernels warmed on the device, shipped in a bundle, served with 0 compiles and 0 benchmarks.
 
     python benchmarks/autotune.py [--runs 5] [--iters 200] [--jobs N] [--out autotune.json] [--tiny]
 
@@ -41,7 +41,7 @@ from warmkit_triton import TritonKernel, WarmupTensor
 
 HERE = Path(__file__).resolve().parent
 MARK = "AUTOTUNE-CHILD "
-NEEDS_GPU = "autotune.py: needs a CUDA GPU (B10 benchmarks configs on a device); nothing measured"
+NEEDS_GPU = "autotune.py: needs a CUDA GPU (B11 benchmarks configs on a device); nothing measured"
 
 CONFIGS = [
     triton.Config({"BLOCK": 256}, num_warps=2),
@@ -282,13 +282,13 @@ def main() -> int:
     except ImportError:
         gpu = False
     if not gpu:
-        emit("B10-autotune", {"skipped": NEEDS_GPU}, args.out, NEEDS_GPU)
+        emit("B11-autotune", {"skipped": NEEDS_GPU}, args.out, NEEDS_GPU)
         return 0
     runs = 1 if args.tiny else max(args.runs, 5)
     iters = 20 if args.tiny else args.iters
     problems: list[str] = []
     res: dict[str, Any] = {"fla": _fla_kernel() is not None, "jobs_n": args.jobs}
-    with tempfile.TemporaryDirectory(prefix="warmkit-b10-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="warmkit-b11-") as tmp:
         root = Path(tmp)
         warm: dict[int, list[dict]] = {1: [], args.jobs: []}
         for r in range(runs):
@@ -333,7 +333,7 @@ def main() -> int:
         f"vs steady {res['cold_steady_ms']['median']:.3f} ms\n"
         + ("\n".join(problems) if problems else "first calls: 0 compiles, 0 benchmarks")
     )
-    emit("B10-autotune", res, args.out, text)
+    emit("B11-autotune", res, args.out, text)
     return 1 if problems else 0
 
 

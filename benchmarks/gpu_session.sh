@@ -2,7 +2,7 @@
 # Everything that needs the H200, in one call of the device tool (docs/benchmarks.md).
 #
 # Here, first:   .venv/bin/pip wheel -q --no-deps -w .whl . plugins/triton_backend plugins/blocktable
-#                (plus stevedore's wheel in .whl/, which the GPU machine lacks, and for B10's
+#                (plus stevedore's wheel in .whl/, which the GPU machine lacks, and for B11's
 #                third-party autotuned kernel: pip download --no-deps -d .whl fla-core==0.6.0 einops,
 #                and for B9's raw kernels: pip download --no-deps -d .whl liger-kernel==0.8.5;
 #                for B9 fleet: .venv/bin/pip wheel -q --no-deps -w .whl redis, and a redis-server:
@@ -14,6 +14,7 @@
 #                                                          B5 (memoized dispatch): ~9 min
 #                bash benchmarks/gpu_session.sh scale      (carry: .whl) B10 on the host's quieter CPUs
 #                (pebble's wheel must be in .whl/ too: warmkit depends on it)
+#                bash benchmarks/gpu_session.sh autotune   (carry: .whl) B11 and the autotune GPU test
 #                bash benchmarks/gpu_session.sh record     (carry: .whl) B9 (record/replay) and its GPU test
 #                bash benchmarks/gpu_session.sh fleet      (carry: .whl, .redis) B9 fleet: 4 ranks, one host
 #
@@ -60,6 +61,11 @@ elif [ "${1:-}" = perf ]; then
 elif [ "${1:-}" = scale ]; then
     # B10 needs no GPU, only CPUs quieter than the shared 2-core box.
     TAIL=16 step b10_scale 560 python3 benchmarks/scale.py --runs 5 --out "$RES/b10_scale.json"
+elif [ "${1:-}" = autotune ]; then
+    # B11: ~22 fresh processes (device warmup jobs=1 vs N, GPU-built bundle served, cold contrast).
+    TAIL=20 step b11_autotune 420 python3 benchmarks/autotune.py --runs 5 --out "$RES/b11.json"
+    step autotune_gpu_test 170 python3 -m pytest -q -p no:cacheprovider -rs \
+        tests/triton_backend/test_autotune.py -k gpu
 elif [ "${1:-}" = record ]; then
     # B9: six fresh processes importing torch, plus a CUDA-hidden bundle build.
     TAIL=30 step b9_record_replay 420 python3 benchmarks/record_replay.py --runs 5 --out "$RES/b9.json"
@@ -74,11 +80,9 @@ elif [ "${1:-}" = fleet ]; then
         --out "$RES/b9_redis.json"
 else
     step b4_first_launch 120 python3 benchmarks/first_launch.py --runs 5 --out "$RES/b4.json"
-    step b10_autotune 420 python3 benchmarks/autotune.py --runs 5 --out "$RES/b10.json"
     step b5_launch 60 python3 benchmarks/launch_overhead.py --out "$RES/b5.json"
     step b8_demo 60 python3 examples/serve.py --steps 1000 --json "$RES/b8.json"
     step gpu_tests 120 python3 -m pytest -q -p no:cacheprovider -rs \
-        tests/triton_backend/test_gpu.py tests/blocktable/test_gpu.py \
-        tests/triton_backend/test_autotune.py
+        tests/triton_backend/test_gpu.py tests/blocktable/test_gpu.py
 fi
 echo "results: $OUT/gpu-results.tar.gz"

@@ -325,8 +325,8 @@ def test_unknown_layers_are_named():
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_on_the_gpu_first_calls_compile_and_benchmark_nothing(tmp_path):
-    """B10 in tiny mode: device warmup, a bundle installed in a new process, monitor "error"."""
-    out = tmp_path / "b10.json"
+    """B11 in tiny mode: device warmup, a bundle installed in a new process, monitor "error"."""
+    out = tmp_path / "b11.json"
     proc = subprocess.run(
         [sys.executable, str(REPO / "benchmarks" / "autotune.py"), "--tiny", "--out", str(out)],
         capture_output=True, text=True, timeout=600, check=False,
