@@ -1,4 +1,8 @@
-"""Every ```python block of docs/*.md runs: a page's blocks, in order, are one program (in a fresh process)."""
+"""Every ```python block of docs/*.md runs: a page's blocks, in order, are one program (in a fresh process).
+
+A block right after a ``<!-- excerpt: PATH -->`` line is an excerpt of the file
+at PATH (which must exist) and is not run: that file is the code that runs.
+"""
 
 from __future__ import annotations
 
@@ -12,11 +16,19 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = sorted((ROOT / "docs").glob("*.md"))
-BLOCK = re.compile(r"^```python\n(.*?)^```", re.MULTILINE | re.DOTALL)
+BLOCK = re.compile(
+    r"(?:^<!-- excerpt: (\S+) -->\n)?^```python\n(.*?)^```", re.MULTILINE | re.DOTALL
+)
 
 
 def program(page: Path) -> str:
-    return "\n\n".join(m.group(1) for m in BLOCK.finditer(page.read_text()))
+    blocks = []
+    for m in BLOCK.finditer(page.read_text()):
+        if m.group(1) is not None:
+            assert (ROOT / m.group(1)).is_file(), f"{page.name}: excerpt of a missing {m.group(1)}"
+            continue
+        blocks.append(m.group(2))
+    return "\n\n".join(blocks)
 
 
 @pytest.mark.parametrize("page", [p for p in DOCS if program(p)], ids=lambda p: p.name)
