@@ -378,7 +378,7 @@ def _cmd_warmup(args: argparse.Namespace) -> int:
     except WarmupError as exc:
         if exc.report is None:
             raise
-        _print_report(exc.report, args.json)
+        _print_report(exc.report, args.json, args.verbose)
         print(f"warmkit: {exc.report.count('failed')} key(s) failed", file=sys.stderr)
         return EXIT_FAILED
     _print_report(report, args.json)
@@ -710,8 +710,13 @@ def _envs_target() -> str | None:
     return _envs.get("WARMKIT_TARGET")
 
 
-def _print_report(report: Any, as_json: bool) -> None:
+def _print_report(report: Any, as_json: bool, verbose: int = 0) -> None:
     print(report.to_json() if as_json else report.table())
+    if verbose:  # the full compiler logs that the table cut to their first and last lines
+        for e in report.failures:
+            if e.exception is not None:
+                print(f"--- {e.kernel} {e.key!r}:", file=sys.stderr)
+                traceback.print_exception(e.exception, file=sys.stderr)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -780,7 +785,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _error(exc: BaseException, verbose: int) -> None:
     if verbose:
         traceback.print_exception(exc, file=sys.stderr)
-    first = " ".join(line.strip() for line in str(exc).splitlines()) or type(exc).__name__
+    lines = [*str(exc).splitlines(), *getattr(exc, "__notes__", ())]
+    first = " ".join(line.strip() for line in lines if line.strip()) or type(exc).__name__
     more = "" if verbose else " (run with -v for the traceback)"
     print(f"warmkit: error: {type(exc).__name__}: {first}{more}", file=sys.stderr)
 

@@ -21,6 +21,7 @@ import textwrap
 import threading
 import time
 import types
+import warnings
 from collections.abc import Hashable, Mapping
 from concurrent.futures import Future
 from typing import Any, ClassVar, Generic, TypeVar
@@ -435,10 +436,11 @@ def _warn_unregistered(kernel: str, space: Any) -> None:
         else "outside any registry: build the engine under `with registry.activate():` "
         "(in threads: registry.bind(fn))"
     )
-    logger.warning(
-        "kernel %s: register_warmup(%s) %s. It was dropped, so warmup will not compile it "
-        "(further drops of this kernel are not reported)",
-        kernel,
-        ", ".join(space),
-        where,
+    message = (
+        f"kernel {kernel}: register_warmup({', '.join(space)}) {where}. It was dropped, so "
+        "warmup will not compile it (further drops of this kernel are not reported)"
     )
+    logger.warning("%s", message)
+    # Also a Python warning: shown even where the application configured no logging
+    # (warmkit's loggers have only a NullHandler then).
+    warnings.warn(message, RuntimeWarning, stacklevel=3)

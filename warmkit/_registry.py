@@ -198,7 +198,16 @@ class WarmupRegistry:
         out: dict[str, tuple[Any, dict[Any, None]]] = {}
         for reg in self:
             inst = reg.kernel_instance()
-            keys = inst.get_warmup_keys(*reg.zip_groups, **reg.space)
+            try:
+                keys = inst.get_warmup_keys(*reg.zip_groups, **reg.space)
+            except Exception as exc:
+                # The user's dispatch (or space) raised: say whose, keep the type and the cause.
+                exc.add_note(
+                    f"warmkit: while planning kernel {reg.kernel!r} "
+                    f"({reg.kernel_cls.__module__}.{reg.kernel_cls.__qualname__}), registration "
+                    f"{dict(reg.space)!r}"
+                )
+                raise
             if reg.kernel not in out:
                 out[reg.kernel] = (inst, {})
             out[reg.kernel][1].update(dict.fromkeys(keys))
@@ -239,12 +248,54 @@ class WarmupRegistry:
         return out
 
     def save(self, path: str | os.PathLike[str]) -> Path:
-        """Write the versioned JSON manifest atomically; returns the path."""
+        """Write the versioned JSON manifest atomically; returns the path.
+
+        Raises:
+            ManifestError: a kernel that another process could not replay: defined
+                in ``__main__`` or inside a function, not importable under its
+                name, not constructible with no arguments, or whose ``dispatch``
+                reads instance state that a fresh instance does not reproduce.
+            OSError: the file cannot be written; the message names the path, and
+                no temporary file is left behind.
+        """
         path = Path(path)
+        self._check_replayable(path)
         data = json.dumps(self.to_dict(), indent=2, allow_nan=False)
         path.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(path, data + "\n")
         return path
+
+    def _check_replayable(self, path: Path) -> None:
+        """Refuse, now, what a replay in another process would get wrong or fail on."""
+        from ._plugins import kernel_ref, load_kernel
+
+        checked: set[type] = set()
+        for reg in self:
+            cls = reg.kernel_cls
+            where = f"{cls.__module__}.{cls.__qualname__}"
+            problem = None
+            if cls not in checked:
+                checked.add(cls)
+                if cls.__module__ == "__main__":
+                    problem = "it is defined in __main__ (a script), which another process cannot import; move it into a module"
+                elif "<locals>" in cls.__qualname__:
+                    problem = "it is defined inside a function, so it cannot be imported by name; define it at module level"
+                else:
+                    try:
+                        found = load_kernel(kernel_ref(cls))
+                    except Exception as exc:  # noqa: BLE001 -- reported as the reason
+                        found = exc
+                    if found is not cls:
+                        problem = (
+                            f"{kernel_ref(cls)!r} does not import back as this class ({found!r})"
+                        )
+            if problem is None:
+                problem = _replay_differs(reg)
+            if problem is not None:
+                raise ManifestError(
+                    f"kernel {reg.kernel!r} ({where}) cannot be saved in a manifest: {problem}",
+                    path=path,
+                )
 
     @classmethod
     def from_dict(cls, data: Any, *, path: Any = None) -> WarmupRegistry:
@@ -268,9 +319,10 @@ class WarmupRegistry:
                 f"{MANIFEST_VERSION}); re-record it with this warmkit",
                 path=path,
             )
-        regs = data.get("registrations")
-        if not isinstance(regs, list):
-            raise ManifestError("'registrations' must be a list", path=path)
+        from ._schema import validate_manifest
+
+        validate_manifest(data, path=path)
+        regs = data["registrations"]
         registry = cls()
         for entry in parse_recorded(data, path=path):
             registry.add_recorded(entry)
@@ -311,6 +363,34 @@ class WarmupRegistry:
             ManifestError: unreadable, malformed, or naming an unresolvable kernel.
         """
         return cls.from_dict(read_manifest_data(path), path=path)
+
+
+def _replay_differs(reg: Registration) -> str | None:
+    """Why a replay (a fresh ``kernel_cls()``) would plan other keys than this registration, if it would."""
+    inst = reg._instance() if reg._instance is not None else None
+    try:
+        fresh = reg.kernel_cls()
+    except Exception as exc:  # noqa: BLE001 -- reported as the reason
+        return f"{reg.kernel_cls.__qualname__}() fails ({type(exc).__name__}: {exc}); a replay constructs it with no arguments"
+    if inst is None:
+        return None
+    try:
+        mine = inst.get_warmup_keys(*reg.zip_groups, **reg.space)
+        theirs = fresh.get_warmup_keys(*reg.zip_groups, **reg.space)
+    except Exception:  # noqa: BLE001 -- a planning error is reported by plan/warmup, with its name
+        return None
+    if mine != theirs:
+        if len(mine) != len(theirs):
+            diff = f"{len(mine)} key(s) here, {len(theirs)} on replay"
+        else:
+            a, b = next((a, b) for a, b in zip(mine, theirs, strict=True) if a != b)
+            diff = f"e.g. {a!r} here, {b!r} on replay"
+        return (
+            "its dispatch reads instance state that a fresh instance does not reproduce, so a "
+            f"replay would compile other keys ({diff}); make dispatch depend only on its inputs "
+            "(pass the state as an input)"
+        )
+    return None
 
 
 _default = WarmupRegistry()

@@ -365,6 +365,9 @@ def warmup(config: WarmupConfig | None = None, registry: Any = None) -> WarmupRe
     if registry is None:
         registry = active_registry() or default_registry()
     _check_backend_names(config.backends)
+    from ._plugins import _allowed
+
+    _allowed()  # an unknown name in WARMKIT_PLUGINS is a usage error, not a failed key
 
     t_start = time.perf_counter()
     # Plan first: a registration that cannot be planned fails before anything is installed.
@@ -632,8 +635,20 @@ class _Run:
                 if self.config.on_error == "raise":
                     self.aborted = True
                 return
-            workers = max(1, min(self.jobs, backend.parallelism(target)))
-            scope = backend.compile_scope(target, workers)
+            try:
+                par = _plugin_call(backend_name, backend.parallelism, target)
+                if isinstance(par, bool) or not isinstance(par, int) or par < 1:
+                    raise TypeError(
+                        f"backend plugin {backend_name!r}: parallelism({target!r}) returned "
+                        f"{par!r}, not a positive int; fix the plugin"
+                    )
+                workers = min(self.jobs, par)
+                scope = _plugin_call(backend_name, backend.compile_scope, target, workers)
+            except Exception as exc:  # noqa: BLE001 -- reported as this backend's keys' failure
+                self._fail_all(items, backend_name, exc)
+                if self.config.on_error == "raise":
+                    self.aborted = True
+                return
         workers = min(workers, len(items))
         self._procs = None
         if backend_name is not None:
@@ -754,12 +769,19 @@ def _prepare_backend(
 
     kernel_name = type(items[0][0]).name
     backend = get_backend(name, kernel=kernel_name)
-    status = backend.available()
+    status = _plugin_call(name, backend.available)
+    from ._backend import BackendStatus
+
+    if not isinstance(status, BackendStatus):
+        raise TypeError(
+            f"backend plugin {name!r} ({type(backend).__module__}.{type(backend).__qualname__}): "
+            f"available() returned {status!r}, not a warmkit.BackendStatus; fix the plugin"
+        )
     if not status.ok:
         raise BackendUnavailableError(
             name, status.reason, kernel=kernel_name, install_hint=status.install_hint
         )
-    device = backend.default_target()
+    device = _plugin_call(name, backend.default_target)
     if target is not None and isinstance(backend, CanonicalTargets):
         target = backend.canonical_target(target)  # "sm_90" and "cuda:90" are one target
     if target is not None and target == device:
@@ -767,6 +789,18 @@ def _prepare_backend(
     # With no device and no target, the backend's compile() says what to do: only it
     # knows whether it needs a device at all.
     return backend, target
+
+
+def _plugin_call(name: str | None, method: Callable[..., Any], *args: Any) -> Any:
+    """``method(*args)`` of a backend; an exception says which plugin raised it (PEP 678 note)."""
+    try:
+        return method(*args)
+    except Exception as exc:
+        exc.add_note(
+            f"warmkit: raised by backend plugin {name!r} "
+            f"({method.__module__}.{method.__qualname__})"
+        )
+        raise
 
 
 def check_target(target: str | None, backends: Sequence[str]) -> None:
@@ -813,4 +847,14 @@ def _check_backend_names(names: tuple[str, ...] | None) -> None:
 
 
 def _describe(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"
+    """One key's error in a few lines: a compiler's log (ptxas prints thousands) is cut to its
+    first and last lines; the whole exception stays on the entry, and ``-v`` prints it."""
+    lines = [f"{type(exc).__name__}: {exc}", *getattr(exc, "__notes__", ())]
+    text = "\n".join(lines).strip().splitlines() or [type(exc).__name__]
+    if len(text) > 8:
+        text = [
+            *text[:3],
+            f"... ({len(text) - 6} more lines; run with -v for the full log)",
+            *text[-3:],
+        ]
+    return " | ".join(line.strip() for line in text if line.strip())

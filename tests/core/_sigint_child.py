@@ -33,8 +33,10 @@ class SlowKernel(warmkit.JitKernel["SlowKernel.CompileKey"]):
 
 
 if __name__ == "__main__":
+    from core._sigint_child import SlowKernel as Importable  # not __main__'s: replayable
+
     reg = warmkit.WarmupRegistry()
-    reg.add(SlowKernel, n=warmkit.IntRange(0, 40))
+    reg.add(Importable, n=warmkit.IntRange(0, 40))
     manifest = reg.save(sys.argv[1] + ".json")
     print("ready", flush=True)
     sys.exit(main(["warmup", str(manifest), "-j", "2", "--json"]))

@@ -8,6 +8,7 @@ import math
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
+import attrs
 import pytest
 
 import warmkit
@@ -371,7 +372,8 @@ def test_load_names_an_unknown_kernel(tmp_path):
     ],
 )
 def test_load_rejects_malformed_registrations(tmp_path, entry):
-    with pytest.raises(ManifestError, match="registration 0"):
+    # The schema's JSON path, or (for what only the kernel can judge) the registration's index.
+    with pytest.raises(ManifestError, match=r"registration 0|\$\.registrations\[0\]"):
         WarmupRegistry.load(_manifest(tmp_path, registrations=[entry]))
 
 
@@ -413,3 +415,102 @@ def test_two_kernel_classes_with_one_name_are_refused(registry):
     registry.clear()
     Second().register_warmup(n=1)  # a cleared registry starts over
     assert len(registry) == 1
+
+
+# -- save() refuses what cannot be replayed -------------------------------------------------
+
+
+def test_save_refuses_a_kernel_defined_in_a_function(tmp_path):
+    class Local(warmkit.JitKernel["Local.CompileKey"]):
+        @attrs.frozen
+        class CompileKey:
+            n: int
+
+        def dispatch(self, *, n):
+            return self.CompileKey(n)
+
+        def compile(self, key):
+            return object()
+
+    reg = WarmupRegistry()
+    reg.add(Local, n=1)
+    with pytest.raises(ManifestError, match="defined inside a function"):
+        reg.save(tmp_path / "m.json")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_save_refuses_a_kernel_defined_in_main(tmp_path):
+    script = tmp_path / "script.py"
+    script.write_text(
+        "import attrs, warmkit\n"
+        "class K(warmkit.JitKernel['K.CompileKey']):\n"
+        "    @attrs.frozen\n"
+        "    class CompileKey:\n"
+        "        n: int\n"
+        "    def dispatch(self, *, n):\n"
+        "        return self.CompileKey(n)\n"
+        "    def compile(self, key):\n"
+        "        return object()\n"
+        "reg = warmkit.WarmupRegistry()\n"
+        "reg.add(K, n=1)\n"
+        "try:\n"
+        "    reg.save('m.json')\n"
+        "except warmkit.ManifestError as e:\n"
+        "    print(e)\n"
+    )
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, str(script)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert "defined in __main__" in out.stdout, out.stderr
+    assert not (tmp_path / "m.json").exists()
+
+
+class _Stateful(warmkit.JitKernel["_Stateful.CompileKey"]):
+    """dispatch reads self.block, which a fresh instance does not have: keys differ on replay."""
+
+    @attrs.frozen
+    class CompileKey:
+        n: int
+        block: int
+
+    def __init__(self, block: int = 64) -> None:
+        self.block = block
+
+    def dispatch(self, *, n):
+        return self.CompileKey(n, self.block)
+
+    def compile(self, key):
+        return object()
+
+
+def test_save_refuses_a_dispatch_that_reads_unreproduced_instance_state(tmp_path):
+    kernel = _Stateful(block=128)
+    reg = WarmupRegistry()
+    with reg.activate():
+        kernel.register_warmup(n=[1, 2])
+    with pytest.raises(ManifestError, match="instance state") as info:
+        reg.save(tmp_path / "m.json")
+    assert "block=128" in str(info.value) and "block=64" in str(info.value)
+    ok = WarmupRegistry()
+    with ok.activate():
+        _Stateful().register_warmup(n=1)  # the default state: a replay plans the same keys
+    ok.save(tmp_path / "m.json")
+
+
+def test_a_failed_save_names_the_path_and_leaves_no_temporary(tmp_path):
+    reg = WarmupRegistry()
+    reg.add(PyKernel, n=1)
+    target = tmp_path / "m.json"
+    target.mkdir()
+    (target / "x").write_text("x")  # the rename onto it fails
+    with pytest.raises(OSError, match=f"cannot write {target}"):
+        reg.save(target)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.json"]

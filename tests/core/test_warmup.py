@@ -741,3 +741,55 @@ def test_report_to_json_one_entry_per_line(keys):
     entry_lines = [line for line in text.splitlines() if line.startswith("    {")]
     assert len(entry_lines) == keys
     assert json.loads(report.to_json(indent=4)) == report.to_dict()
+
+
+# -- errors from user and plugin code name who raised them ------------------------------------
+
+
+def test_an_exception_from_dispatch_names_the_kernel_and_keeps_its_type(monkeypatch):
+    def dispatch(self, *, n, flag=False):
+        raise KeyError("no such layer")
+
+    reg = reg_of((PyKernel, {"n": [1, 2]}))
+    monkeypatch.setattr(PyKernel, "dispatch", dispatch)
+    with pytest.raises(KeyError) as info:
+        warmkit.warmup(cfg(), reg)
+    note = " ".join(info.value.__notes__)
+    assert PyKernel.name in note and "while planning" in note
+
+
+@pytest.mark.parametrize(
+    "method,value,words",
+    [
+        ("available", RuntimeError("driver exploded"), "raised by backend plugin"),
+        ("available", True, "not a warmkit.BackendStatus"),
+        ("parallelism", None, "not a positive int"),
+        ("parallelism", RuntimeError("no cpus"), "raised by backend plugin"),
+    ],
+)
+def test_a_misbehaving_plugin_is_named_in_each_key_error(
+    fake_backend, monkeypatch, method, value, words
+):
+    def broken(self, *args):
+        if isinstance(value, BaseException):
+            raise value
+        return value
+
+    monkeypatch.setattr(FakeBackend, method, broken)
+    reg = reg_of((ScaleKernel, {"n": [1, 2]}))
+    with pytest.raises(WarmupError) as info:
+        warmkit.warmup(cfg(on_error="collect"), reg)
+    report = info.value.report
+    assert statuses(report) == ["failed", "failed"]
+    assert all(words in e.error and "'fake'" in e.error for e in report.failures), report.failures[
+        0
+    ].error
+
+
+def test_a_long_compiler_log_is_cut_to_its_first_and_last_lines():
+    from warmkit._warmup import _describe
+
+    log = "\n".join(f"line {i}" for i in range(5600))
+    out = _describe(RuntimeError(f"ptxas failed\n{log}"))
+    assert out.startswith("RuntimeError: ptxas failed | line 0") and "line 5599" in out
+    assert "more lines; run with -v" in out and len(out) < 300

@@ -1,0 +1,232 @@
+"""The manifest's JSON Schema, checked with ``jsonschema`` before anything in it is used.
+
+A manifest that does not match is a ``ManifestError`` naming the JSON path of
+the problem (``$.registrations[0].space.n``), the kernel of that registration,
+and what was expected: an unknown or renamed field, a missing one, a range of
+two numbers, a zip row shorter than its names are all refused, never read as
+defaults.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ._exceptions import ManifestError
+
+__all__ = ["MANIFEST_SCHEMA", "validate_manifest"]
+
+_VALUE: dict[str, Any] = {
+    "description": "a value: null, a boolean, a number, a string, {'tuple': [values]} or "
+    "{'float': 'inf'|'-inf'|'nan'}",
+    "anyOf": [
+        {"type": ["null", "boolean", "number", "string"]},
+        {
+            "type": "object",
+            "properties": {"tuple": {"type": "array", "items": {"$ref": "#/$defs/value"}}},
+            "required": ["tuple"],
+            "additionalProperties": False,
+        },
+        {
+            "type": "object",
+            "properties": {"float": {"enum": ["inf", "-inf", "nan"]}},
+            "required": ["float"],
+            "additionalProperties": False,
+        },
+    ],
+}
+
+_AXIS: dict[str, Any] = {
+    "description": "an axis: a value, {'range': [start, stop, step]} (integers), "
+    "{'choices': [values]} or {'list': [values]}",
+    "anyOf": [
+        {"$ref": "#/$defs/value"},
+        {
+            "type": "object",
+            "properties": {
+                "range": {
+                    "description": "[start, stop, step]: three integers, step not 0",
+                    "type": "array",
+                    "prefixItems": [
+                        {"type": "integer"},
+                        {"type": "integer"},
+                        {
+                            "description": "step: a non-zero integer",
+                            "type": "integer",
+                            "not": {"const": 0},
+                        },
+                    ],
+                    "minItems": 3,
+                    "maxItems": 3,
+                }
+            },
+            "required": ["range"],
+            "additionalProperties": False,
+        },
+        {
+            "type": "object",
+            "properties": {
+                "choices": {"type": "array", "minItems": 1, "items": {"$ref": "#/$defs/value"}}
+            },
+            "required": ["choices"],
+            "additionalProperties": False,
+        },
+        {
+            "type": "object",
+            "properties": {
+                "list": {"type": "array", "minItems": 1, "items": {"$ref": "#/$defs/value"}}
+            },
+            "required": ["list"],
+            "additionalProperties": False,
+        },
+    ],
+}
+
+#: The schema of a manifest written by ``WarmupRegistry.save`` (format ``warmkit.manifest``, version 1).
+MANIFEST_SCHEMA: dict[str, Any] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "type": "object",
+    "properties": {
+        "format": {"const": "warmkit.manifest"},
+        "version": {"const": 1},
+        "warmkit_version": {"type": "string"},
+        "registrations": {
+            "type": "array",
+            "items": {
+                "description": "a registration: {kernel, name, zip, space}",
+                "type": "object",
+                "properties": {
+                    "kernel": {
+                        "description": "a warmkit.kernels entry-point name or module:QualName",
+                        "type": "string",
+                        "minLength": 1,
+                    },
+                    "name": {"type": "string"},
+                    "zip": {
+                        "type": "array",
+                        "items": {
+                            "description": "a zip group: {names: [str], rows: [[value per name]]}",
+                            "type": "object",
+                            "properties": {
+                                "names": {
+                                    "type": "array",
+                                    "items": {"type": "string"},
+                                    "minItems": 1,
+                                    "uniqueItems": True,
+                                },
+                                "rows": {
+                                    "type": "array",
+                                    "minItems": 1,
+                                    "items": {"type": "array", "items": {"$ref": "#/$defs/value"}},
+                                },
+                            },
+                            "required": ["names", "rows"],
+                            "additionalProperties": False,
+                        },
+                    },
+                    "space": {
+                        "description": "keyword axes: {input name: axis}",
+                        "type": "object",
+                        "additionalProperties": {"$ref": "#/$defs/axis"},
+                    },
+                },
+                "required": ["kernel", "space"],
+                "additionalProperties": False,
+            },
+        },
+    },
+    "required": ["format", "version", "registrations"],
+    "additionalProperties": False,
+    "$defs": {"value": _VALUE, "axis": _AXIS},
+}
+
+
+def _row_schema(n: int) -> dict[str, Any]:
+    return {
+        "description": f"each row has one value per name ({n})",
+        "type": "array",
+        "items": {
+            "description": f"one value per name ({n})",
+            "type": "array",
+            "minItems": n,
+            "maxItems": n,
+        },
+    }
+
+
+def _errors(data: Any) -> list[Any]:
+    import jsonschema
+
+    validator = jsonschema.Draft202012Validator(MANIFEST_SCHEMA)
+    errors = sorted(validator.iter_errors(data), key=lambda e: list(e.absolute_path))
+    if errors:
+        return errors
+    # A zip row must have one value per name: a schema per group, made from its names.
+    for i, reg in enumerate(data["registrations"]):
+        for g, group in enumerate(reg.get("zip", [])):
+            rows = jsonschema.Draft202012Validator(_row_schema(len(group["names"])))
+            for err in rows.iter_errors(group["rows"]):
+                err.path.extendleft(reversed(["registrations", i, "zip", g, "rows"]))
+                errors.append(err)
+    return errors
+
+
+def _deepest(error: Any) -> Any:
+    """Inside an ``anyOf``, the alternative that came closest."""
+    import jsonschema
+
+    while error.context:
+        # The alternative whose error lies deepest got furthest: {'range': [1, 5, 0]} is a
+        # range with a bad step, not a bad value.
+        depth = max(len(e.absolute_path) for e in error.context)
+        error = jsonschema.exceptions.best_match(
+            e for e in error.context if len(e.absolute_path) == depth
+        )
+    return error
+
+
+def _expected(error: Any, best: Any) -> str:
+    """What the schema wanted: the nearest description, at the closest alternative or above."""
+    for err in (best, error):
+        description = err.schema.get("description") if isinstance(err.schema, dict) else None
+        if description:
+            return description
+    return ""
+
+
+def _path(error: Any) -> str:
+    out = "$"
+    for part in error.absolute_path:
+        out += f"[{part}]" if isinstance(part, int) else f".{part}"
+    return out
+
+
+def validate_manifest(data: Any, *, path: Any = None) -> None:
+    """Check manifest data against ``MANIFEST_SCHEMA``.
+
+    Raises:
+        ManifestError: the first problems, each with its JSON path, the kernel
+            of its registration and what was expected.
+    """
+    errors = _errors(data)
+    if not errors:
+        return
+    lines = []
+    for top in errors[:5]:
+        err = _deepest(top)
+        if not (isinstance(err.schema, dict) and err.schema.get("description")):
+            err = top  # the closest alternative says nothing more specific
+        where = _path(err)
+        kernel = ""
+        parts = list(err.absolute_path)
+        if len(parts) >= 2 and parts[0] == "registrations" and isinstance(parts[1], int):
+            reg = data["registrations"][parts[1]]
+            if isinstance(reg, dict) and isinstance(reg.get("kernel"), str):
+                kernel = f" (kernel {reg['kernel']!r})"
+        expected = _expected(top, err)
+        lines.append(
+            f"{where}{kernel}: {err.message}" + (f"; expected {expected}" if expected else "")
+        )
+    more = f" (and {len(errors) - 5} more)" if len(errors) > 5 else ""
+    raise ManifestError(
+        "manifest does not match its schema: " + " | ".join(lines) + more, path=path
+    )
