@@ -133,6 +133,12 @@ MANIFEST_SCHEMA: dict[str, Any] = {
                 "additionalProperties": False,
             },
         },
+        "recorded": {
+            "description": "runtime JIT events recorded by warmkit record (checked entry by "
+            "entry by warmkit._record.RecordedEntry.from_dict)",
+            "type": "array",
+            "items": {"type": "object"},
+        },
     },
     "required": ["format", "version", "registrations"],
     "additionalProperties": False,
