@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
+import sys
 import tempfile
 import time
 import tracemalloc
@@ -240,4 +241,9 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    # Run as the module `scale`, not `__main__`: a manifest may only name kernels that another
+    # process can import (WarmupRegistry.save refuses __main__'s).
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import scale
+
+    scale.main()
