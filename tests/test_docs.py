@@ -1,4 +1,4 @@
-"""Every ```python block of docs/*.md runs: a page's blocks, in order, are one program (in a fresh process).
+"""Every ```python block of docs/*.md runs: a page's blocks, in order, are one module imported in a fresh process.
 
 A block right after a ``<!-- excerpt: PATH -->`` line is an excerpt of the file
 at PATH (which must exist) and is not run: that file is the code that runs.
@@ -38,7 +38,8 @@ def test_python_blocks_run(page, tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("WARMKIT_")}
     env["TRITON_CACHE_DIR"] = str(tmp_path / "triton-cache")
     proc = subprocess.run(
-        [sys.executable, str(script)],
+        # Imported, not run as __main__: manifests refuse kernels defined in a script.
+        [sys.executable, "-c", f"import {script.stem}"],
         cwd=tmp_path,
         env=env,
         capture_output=True,
