@@ -6,6 +6,7 @@ test counts how many compiles began after the signal.
 
 from __future__ import annotations
 
+import signal
 import sys
 import time
 
@@ -33,6 +34,9 @@ class SlowKernel(warmkit.JitKernel["SlowKernel.CompileKey"]):
 
 
 if __name__ == "__main__":
+    # Started from a shell's background job (CI under `cmd &`), this process inherits an
+    # ignored SIGINT; the test plays an operator's Ctrl-C, so take Python's default handler.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     from core._sigint_child import SlowKernel as Importable  # not __main__'s: replayable
 
     reg = warmkit.WarmupRegistry()
