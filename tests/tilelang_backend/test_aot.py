@@ -60,6 +60,32 @@ def test_aot_compile_writes_the_entry_the_device_looks_up_and_a_second_process_o
     assert sorted(p.name for p in backend.cache_dir().iterdir()) == entries
 
 
+ORDERED_PROCESS = f"""
+import json, warmkit
+from warmkit_tilelang import TiledGemm
+reg = warmkit.WarmupRegistry()
+reg.add(TiledGemm, **{SHAPES!r})
+report = warmkit.warmup(warmkit.WarmupConfig(target={AOT_TARGET!r}, progress="off", jobs=1), reg)
+print(json.dumps([[e.key.m, e.status] for e in report.entries]))
+"""
+
+
+def test_a_key_has_one_cache_entry_whatever_was_loaded_before_it_in_the_process(tilelang_cache):
+    # TileLang rewrites a @tilelang.jit function's out_idx list in place when it loads a
+    # kernel from disk, and out_idx is part of its disk key: a kernel looked up after
+    # another one had been loaded used to get another key than the one it was compiled
+    # under, and compiled again. Both processes are fresh, so nothing of this one's
+    # earlier tests leaks into the keys.
+    first = run_child(ORDERED_PROCESS, tilelang_cache)
+    assert json.loads(first.stdout.strip().splitlines()[-1]) == [
+        [64, "compiled"],
+        [256, "compiled"],
+    ]
+    second = run_child(ORDERED_PROCESS, tilelang_cache)
+    assert json.loads(second.stdout.strip().splitlines()[-1]) == [[64, "cached"], [256, "cached"]]
+    assert len(list(TileLangBackend().cache_dir().iterdir())) == 2
+
+
 def test_a_corrupt_entry_is_not_trusted_it_is_recompiled(tilelang_cache):
     warmkit.warmup(warmkit.WarmupConfig(target=AOT_TARGET, progress="off"), _registry())
     entry = min(p for p in TileLangBackend().cache_dir().iterdir() if p.is_dir())

@@ -45,9 +45,15 @@ def test_jit_function_accessors():
     fn = _programs.scale
     assert api.is_jit_function(fn) and not api.is_jit_function(lambda: None)
     assert api.jit_function_name(fn) == f"{_programs.__name__}.scale"
-    assert set(api.compile_options(fn)) == {
+    prim = fn.get_tir(96, 2.0)
+    options = api.compile_options(fn, prim)
+    assert set(options) == {
         "out_idx", "execution_backend", "target_host", "verbose", "pass_configs", "compile_flags",
     }  # fmt: skip
+    # A fresh non-negative copy: TileLang rewrites the list it is given in place.
+    declared = fn.out_idx
+    assert options["out_idx"] == [i + len(prim.params) if i < 0 else i for i in declared]
+    assert options["out_idx"] is not declared
 
 
 def test_fill_jit_cache_makes_a_raw_call_return_that_kernel(tilelang_cache):

@@ -160,7 +160,7 @@ class TileLangBackend:
         args, kwargs = kernel.compile_args(key)
         with _hooks.outcome() as out:
             prim = fn.get_tir(*args, **kwargs)
-            compiled = tilelang.compile(prim, target=tl_target, **api.compile_options(fn))
+            compiled = tilelang.compile(prim, target=tl_target, **api.compile_options(fn, prim))
         cache_key, entry = api.cache_entry_of(compiled)
         # No disk lookup at all with the cache on = an in-memory hit: nothing was compiled.
         hit = out.disk_hit if out.disk_hit is not None else api.cache_enabled()

@@ -207,16 +207,34 @@ def jit_function_name(fn: Any) -> str:
     return f"{module}.{qualname}"
 
 
-def compile_options(fn: Any) -> dict[str, Any]:
-    """The options ``JITImpl.compile`` passes to ``tilelang.compile``, target excluded."""
+def compile_options(fn: Any, prim: Any) -> dict[str, Any]:
+    """The options ``JITImpl.compile`` passes to ``tilelang.compile`` for ``prim``, target excluded.
+
+    ``out_idx`` is a fresh list in non-negative form. TileLang's adapter
+    rewrites the list it is given in place (``BaseKernelAdapter.
+    _legalize_result_idx`` turns ``-1`` into ``len(params) - 1``), and a
+    ``@tilelang.jit`` function hands it its own ``out_idx``. So the disk-cache
+    key, which includes ``out_idx``, changes once any kernel of the function has
+    been built in the process: a key compiled first in one process and second in
+    another would get two entries, and a device run would miss what the CPU
+    host compiled. The normalized copy gives one key whatever ran before, and
+    it equals what TileLang's own calls use after their first kernel.
+    """
     return {
-        "out_idx": fn.out_idx,
+        "out_idx": _normalized_out_idx(fn.out_idx, len(prim.params)),
         "execution_backend": fn.execution_backend,
         "target_host": fn.target_host,
         "verbose": fn.verbose,
         "pass_configs": fn.pass_configs,
         "compile_flags": fn.compile_flags,
     }
+
+
+def _normalized_out_idx(out_idx: Any, params: int) -> list[int] | None:
+    if out_idx is None:
+        return None
+    indices = [out_idx] if isinstance(out_idx, int) else list(out_idx)
+    return [i + params if i < 0 else i for i in indices]
 
 
 def fill_jit_cache(fn: Any, args: Sequence[Any], kwargs: Mapping[str, Any], kernel: Any) -> None:
