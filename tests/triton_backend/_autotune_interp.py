@@ -44,7 +44,9 @@ if step in ("tune", "restore"):
         K.TunedScale().register_warmup(n=[1000, 3000])
         K.SumInplace().register_warmup(n=200)
         K.HeurCopy().register_warmup(n=[100, 64])
-    report = warmkit.warmup(warmkit.WarmupConfig(monitor="error", progress="off", jobs=2), reg)
+    report = warmkit.warmup(
+        warmkit.WarmupConfig.from_env(monitor="error", progress="off", jobs=2), reg
+    )
     facts["tuning"] = {f"{e.kernel.rsplit('.', 1)[-1]} {e.key.n}": e.tuning for e in report.entries}
     facts["benchmarks_at_warmup"] = len(benches)
     if step == "tune":

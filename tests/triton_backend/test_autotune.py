@@ -248,9 +248,9 @@ def test_a_bundle_carries_results_and_installs_them(tmp_path, triton_cache):
 # -- device tuning, end to end under the interpreter ---------------------------------------------
 
 
-def interp(step: str, cache: Path) -> dict:
+def interp(step: str, cache: Path, **extra: str) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("WARMKIT_")}
-    env |= {"TRITON_INTERPRET": "1", "TRITON_CACHE_DIR": str(cache)}
+    env |= {"TRITON_INTERPRET": "1", "TRITON_CACHE_DIR": str(cache), **extra}
     out = subprocess.run(
         [sys.executable, str(Path(__file__).with_name("_autotune_interp.py")), step],
         env=env, cwd=REPO, capture_output=True, text=True, timeout=300, check=False,
@@ -279,6 +279,31 @@ def test_device_tuning_stores_results_and_a_restart_benchmarks_nothing(tmp_path)
         assert facts["benchmarks_at_runtime"] == 0 and facts["events"] == []
     assert second["tuning"] == {k: "stored" if v else v for k, v in first["tuning"].items()}
     assert second["benchmarks_at_warmup"] == 0
+
+
+def test_a_result_tuned_on_one_host_reaches_another_through_the_store(tmp_path, redis_server):
+    # Two hosts (two caches), one real Redis: the first tunes and publishes, the second
+    # fetches every result before benchmarking anything, and keeps it in its own cache.
+    store = {"WARMKIT_STORE": redis_server.url}
+    first = interp("tune", tmp_path / "host-a", **store)
+    assert first["benchmarks_at_warmup"] == 3 and first["stored"] == 3
+    second = interp("restore", tmp_path / "host-b", **store)
+    assert second["benchmarks_at_warmup"] == 0 and second["benchmarks_at_runtime"] == 0
+    assert second["tuning"] == {k: "stored" if v else v for k, v in first["tuning"].items()}
+    assert second["stored"] == 3 and second["events"] == []
+    # A result damaged in the store is refused there (and deleted), so the next host re-tunes.
+    import redis
+
+    client = redis.Redis.from_url(redis_server.url)
+    keys = [k for k in client.scan_iter() if b"autotune/" in k]
+    assert keys, "no tuned result was published"
+    for k in keys:
+        if client.type(k) == b"hash":
+            fields = client.hgetall(k)
+            name = next(f for f in fields if f.endswith(b"autotune.json"))
+            client.hset(k, name, fields[name].replace(b'"winner": ', b'"winner":  ', 1))
+    third = interp("restore", tmp_path / "host-c", **store)
+    assert third["benchmarks_at_warmup"] == 3
 
 
 def test_a_raw_autotuned_kernel_is_refused_before_benchmarking_then_reported(tmp_path):

@@ -189,6 +189,21 @@ def test_aot_replay_then_a_second_process_finds_disk_hits_only(recorded, tmp_pat
     assert events == "EVENTS " + ",".join(["disk_hit"] * 7)
 
 
+def test_recorded_kernels_are_compiled_once_per_fleet_through_the_store(
+    recorded, tmp_path: Path, redis_server
+) -> None:
+    # Two hosts (two caches), one real Redis: recorded kernels are fetched like declared keys.
+    out, _, _ = recorded
+    statuses = []
+    for host in ("host-a", "host-b"):
+        env = _env(tmp_path / host, WARMKIT_STORE=redis_server.url)
+        proc = _warmkit(["warmup", str(out), "--target", TARGET, "--json"], env, tmp_path)
+        assert proc.returncode == 0, proc.stderr
+        report = json.loads(proc.stdout)
+        statuses.append(sorted(e["status"] for e in report["entries"] if e["status"] != "skipped"))
+    assert statuses == [["compiled"] * 7, ["fetched"] * 7]
+
+
 def test_a_failed_warmup_stops_warmkit_run_before_the_command(recorded, tmp_path: Path) -> None:
     out, _, _ = recorded
     env = _env(tmp_path / "cache", WARMKIT_TARGET=TARGET)

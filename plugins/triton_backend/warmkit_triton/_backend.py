@@ -64,7 +64,7 @@ from ._cache import (
     verify_cache_entry,
     verifying,
 )
-from ._kernel import InterpretedExecutor, TritonExecutor, check_warmup_args
+from ._kernel import InterpretedExecutor, TritonExecutor, TritonKernel, check_warmup_args
 from ._triton_api import INSTALL_HINT, TritonNotInstalledError, require_triton
 
 __all__ = ["TritonBackend"]
@@ -494,7 +494,10 @@ class TritonBackend:
         """
         if custom_cache_manager() or api.cache_is_redirected():
             return None
-        fn = getattr(kernel, "fn", None)
+        try:
+            fn = kernel.function_for(key) if isinstance(kernel, TritonKernel) else None
+        except Exception:  # noqa: BLE001 -- compile() reports it, naming the kernel and key
+            return None
         if fn is None or not api.is_jit_function(fn) or api.is_interpreted(fn):
             return None  # compile() says why, or there is nothing on disk to share
         if _autotune.unwrap(fn) is not None:

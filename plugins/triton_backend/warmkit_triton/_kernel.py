@@ -246,6 +246,15 @@ class TritonKernel(JitKernel[K]):
         if by_id is not None:
             by_id.clear()
 
+    def function_for(self, key: K) -> Any:
+        """The ``@triton.jit`` function (or autotune/heuristics stack) that compiles ``key``: ``fn``.
+
+        A kernel whose function depends on the key (a recorded kernel imports
+        its function on first use) overrides this; the backend asks it before
+        it computes a key's cache entry without compiling.
+        """
+        return self.fn
+
     def compile(self, key: K) -> Any:
         """Compile ``key`` through the ``triton`` backend (see ``JitKernel.compile``)."""
         return super().compile(key)

@@ -400,6 +400,17 @@ class RecordedTritonKernel(TritonKernel):
             )
         return jit
 
+    def function_for(self, key: Any) -> Any:
+        """Import the recorded function and check its source; it becomes ``fn``.
+
+        Raises:
+            ImportError, LookupError: the function no longer imports or resolves.
+            RuntimeError: its source changed since it was recorded.
+        """
+        with _fn_lock:
+            self.fn = self._function(json.loads(key.spec_json))
+            return self.fn
+
     def compile(self, key: Any) -> Any:
         """Import the function, check its source, compile the recorded variant, check the cache key.
 
@@ -409,8 +420,7 @@ class RecordedTritonKernel(TritonKernel):
                 the recorded Triton cache key.
         """
         spec = json.loads(key.spec_json)
-        with _fn_lock:
-            self.fn = self._function(spec)
+        self.function_for(key)
         executor = super().compile(key)
         recorded = spec.get("triton_key")
         if recorded and spec.get("triton") == api.triton_version():

@@ -8,6 +8,12 @@ sha256. It therefore persists across restarts, travels in bundles (which pack
 every cache entry), is installed with them, and is carried by anything that
 copies cache entries. A damaged file is ignored with a warning naming it, and
 the key is re-tuned.
+
+With a fleet store (``WarmupConfig(store=...)``, docs/fleet.md) every result a
+warmup tunes is published as store entry ``autotune/<sha256[:40]>``, and a
+warmup that has no result locally fetches it from there (verified by the
+store's per-file sha256 and by the result's own seal) before it benchmarks
+anything, so one GPU of a model tunes a key for the whole fleet.
 """
 
 from __future__ import annotations
@@ -24,6 +30,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import attrs
+
+from warmkit import current_fleet
 
 from . import _triton_api as api
 
@@ -277,20 +285,41 @@ def _seal(body: dict[str, Any]) -> str:
 def _unseal(path: Path) -> dict[str, Any] | None:
     """A result file's body, or None (with a warning naming the file) when it is damaged."""
     try:
-        data = json.loads(path.read_text())
-        body = data["body"]
-        text = json.dumps(body, sort_keys=True, default=repr)
-        ok = hashlib.sha256(text.encode()).hexdigest() == data["sha256"]
-        ok = ok and body.get("format") == _RESULT_FORMAT and body.get("version") == _RESULT_VERSION
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+        text = path.read_text()
+    except (OSError, ValueError) as exc:
         logger.warning("tuned result %s is unreadable (%s); ignoring it", path, exc)
+        return None
+    return _unseal_text(text, str(path))
+
+
+def _unseal_text(text: str, where: str) -> dict[str, Any] | None:
+    try:
+        data = json.loads(text)
+        body = data["body"]
+        sealed = json.dumps(body, sort_keys=True, default=repr)
+        ok = hashlib.sha256(sealed.encode()).hexdigest() == data["sha256"]
+        ok = ok and body.get("format") == _RESULT_FORMAT and body.get("version") == _RESULT_VERSION
+    except (ValueError, KeyError, TypeError) as exc:
+        logger.warning("tuned result %s is unreadable (%s); ignoring it", where, exc)
         return None
     if not ok:
         logger.warning(
-            "tuned result %s fails its checksum; ignoring it (it will be re-tuned)", path
+            "tuned result %s fails its checksum; ignoring it (it will be re-tuned)", where
         )
         return None
     return body
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.parent / f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp"
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def store_key(rid: ResultId) -> str:
+    """The fleet-store key of ``rid``'s result: ``autotune/<sha256[:40]>``."""
+    return "autotune/" + rid.entry().removeprefix(RESULT_PREFIX)
 
 
 def store_result(
@@ -316,16 +345,18 @@ def store_result(
         "bench_seconds": round(seconds, 6),
         "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
     }
-    entry = Path(directory) / rid.entry()
-    entry.mkdir(parents=True, exist_ok=True)
-    path = entry / RESULT_FILE
-    tmp = entry / f".{RESULT_FILE}.{os.getpid()}.{threading.get_ident()}.tmp"
-    tmp.write_text(_seal(body))
-    os.replace(tmp, path)
+    path = Path(directory) / rid.entry() / RESULT_FILE
+    text = _seal(body)
+    _write_atomic(path, text)
+    fleet = current_fleet()
+    if fleet is not None and fleet.publish(
+        store_key(rid), {RESULT_FILE: text.encode()}, kernel=kernel
+    ):
+        logger.info("kernel %s: tuned result published as %s", kernel, store_key(rid))
     return path
 
 
-def _valid_for(body: dict[str, Any], rid: ResultId, stack: Stack, path: Path) -> int | None:
+def _valid_for(body: dict[str, Any], rid: ResultId, stack: Stack, path: Path | str) -> int | None:
     winner = body.get("winner")
     configs = stack.tuner.configs
     if ResultId(**body["id"]) != rid or not isinstance(winner, int):
@@ -345,21 +376,18 @@ lookup_dirs: list[str] = []
 def _copy_into(path: Path, directory: str | os.PathLike[str]) -> None:
     """Copy a result entry into ``directory`` (atomically), so a bundle built from it carries it."""
     here = Path(directory) / path.parent.name / RESULT_FILE
-    if here == path:
-        return
-    here.parent.mkdir(parents=True, exist_ok=True)
-    tmp = here.parent / f".{RESULT_FILE}.{os.getpid()}.{threading.get_ident()}.tmp"
-    tmp.write_text(path.read_text())
-    os.replace(tmp, here)
+    if here != path:
+        _write_atomic(here, path.read_text())
 
 
 def find_result(
     stack: Stack, rid: ResultId, directory: str | os.PathLike[str]
 ) -> tuple[int, dict[str, Any]] | None:
-    """The stored winner index and result body for ``rid``, searching ``directory`` then ``lookup_dirs``.
+    """The stored winner index and result body for ``rid``: from ``directory``, ``lookup_dirs``, the fleet store.
 
-    A result found outside ``directory`` is copied into it, so a bundle built
-    from ``directory`` carries it.
+    A result found outside ``directory`` is copied into it (unless the fleet is
+    read-only), so a bundle built from ``directory`` carries it and the next
+    start finds it locally.
     """
     for base in [str(directory), *reversed(lookup_dirs)]:
         path = Path(base) / rid.entry() / RESULT_FILE
@@ -373,7 +401,34 @@ def find_result(
             continue
         _copy_into(path, directory)
         return winner, body
-    return None
+    return _fetch_result(stack, rid, directory)
+
+
+def _fetch_result(
+    stack: Stack, rid: ResultId, directory: str | os.PathLike[str]
+) -> tuple[int, dict[str, Any]] | None:
+    fleet = current_fleet()
+    if fleet is None:
+        return None
+    key = store_key(rid)
+    files = fleet.fetch(key)  # verified against the store's sha256s; a bad entry is deleted
+    if files is None:
+        return None
+    where = f"store entry {key}"
+    if RESULT_FILE not in files:
+        logger.warning(
+            "tuned result %s has no %s; ignoring it (it will be re-tuned)", where, RESULT_FILE
+        )
+        return None
+    text = files[RESULT_FILE].decode("utf-8", "replace")
+    body = _unseal_text(text, where)
+    winner = None if body is None else _valid_for(body, rid, stack, where)
+    if body is None or winner is None:
+        return None
+    if not fleet.read_only:
+        _write_atomic(Path(directory) / rid.entry() / RESULT_FILE, text)
+    logger.info("kernel %s: tuned result fetched from the store (%s)", body.get("kernel"), key)
+    return winner, body
 
 
 def scan_results(directory: str | os.PathLike[str]) -> list[dict[str, Any]]:
