@@ -14,8 +14,9 @@ must pass.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from contextlib import AbstractContextManager as ContextManager
 from contextvars import ContextVar
 from pathlib import Path
@@ -60,14 +61,72 @@ def current_target() -> str | None:
     return _target.get()
 
 
-@contextlib.contextmanager
-def target_scope(target: str | None) -> Iterator[None]:
+class VarScope:
+    """``with VarScope(var, value):`` sets a ``ContextVar`` for the block.
+
+    A class, not a ``contextlib`` generator: warmup enters two per key.
+    """
+
+    __slots__ = ("_token", "_value", "_var")
+
+    def __init__(self, var: ContextVar[Any], value: Any) -> None:
+        self._var, self._value = var, value
+
+    def __enter__(self) -> None:
+        self._token = self._var.set(self._value)
+
+    def __exit__(self, *exc: object) -> None:
+        self._var.reset(self._token)
+
+
+def target_scope(target: str | None) -> ContextManager[None]:
     """Set ``current_target()`` for the duration of a block (in this thread or task)."""
-    token = _target.set(target)
-    try:
-        yield
-    finally:
-        _target.reset(token)
+    return VarScope(_target, target)
+
+
+class _CapabilityMeta(type(Protocol)):  # type: ignore[misc]
+    """``isinstance(obj, P)`` for warmkit's protocols, with P's members listed once.
+
+    ``typing`` lists a protocol's members again on every ``isinstance`` (15-75 us
+    on Python 3.11-3.13), and warmup asks several per key. The rule is the one
+    ``typing`` applies on 3.11: a subclass of P, or an object that has every
+    member, with no method set to None.
+    """
+
+    def __init__(cls, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # (member, is a method)
+        cls._warmkit_members = tuple((n, callable(getattr(cls, n, None))) for n in _members(cls))
+
+    def __instancecheck__(cls, instance: Any) -> bool:
+        if not (cls.__dict__.get("_is_protocol") and getattr(cls, "_is_runtime_protocol", False)):
+            return super().__instancecheck__(instance)  # a class implementing P, or a misuse
+        if cls in type(instance).__mro__:
+            return True
+        for name, method in cls._warmkit_members:
+            value = getattr(instance, name, _ABSENT)
+            if value is _ABSENT or (method and value is None):
+                return False
+        return True
+
+
+_ABSENT = object()
+
+
+def _members(protocol: type) -> list[str]:
+    """A protocol's members (annotated or defined, public or ``__call__``), in definition order."""
+    names: list[str] = []
+    for klass in reversed(protocol.__mro__):
+        if klass in (object, Protocol) or not klass.__dict__.get("_is_protocol", False):
+            continue
+        for name in [*inspect.get_annotations(klass), *vars(klass)]:
+            if (not name.startswith("_") or name == "__call__") and name not in names:
+                names.append(name)
+    return names
+
+
+class _Capability(Protocol, metaclass=_CapabilityMeta):
+    """The base of warmkit's protocols: ``isinstance`` against them is cheap (``_CapabilityMeta``)."""
 
 
 @attrs.frozen
@@ -88,7 +147,7 @@ class BackendStatus:
 
 
 @runtime_checkable
-class Backend(Protocol):
+class Backend(_Capability, Protocol):
     """What every ``warmkit.backends`` entry point provides (checked when it loads).
 
     The entry point names a class (constructed with no arguments) or an object.
@@ -123,7 +182,7 @@ class Backend(Protocol):
 
 
 @runtime_checkable
-class MonitorHooks(Protocol):
+class MonitorHooks(_Capability, Protocol):
     """Optional: runtime-compile hooks that report to ``warmkit.monitor``.
 
     A backend without them is watched only through ``JitKernel.get_or_compile``.
@@ -139,7 +198,7 @@ class MonitorHooks(Protocol):
 
 
 @runtime_checkable
-class CanonicalTargets(Protocol):
+class CanonicalTargets(_Capability, Protocol):
     """Optional: one spelling per target, so that ``"sm_90"`` and ``"cuda:90"`` are one target."""
 
     def canonical_target(self, target: str) -> str:
@@ -148,7 +207,7 @@ class CanonicalTargets(Protocol):
 
 
 @runtime_checkable
-class BundleCapable(Protocol):
+class BundleCapable(_Capability, Protocol):
     """Optional: export and import of the backend's persistent cache (``warmkit`` bundles)."""
 
     def cache_dir(self) -> Path:
@@ -169,7 +228,7 @@ class BundleCapable(Protocol):
 
 
 @runtime_checkable
-class CacheProbe(Protocol):
+class CacheProbe(_Capability, Protocol):
     """Optional: a persistent cache warmkit can inspect (``warmkit cache verify``, bundle checks)."""
 
     def cache_dir(self) -> Path:
@@ -210,21 +269,21 @@ class FleetCapable(BundleCapable, Protocol):
 
 
 @runtime_checkable
-class Executor(Protocol):
+class Executor(_Capability, Protocol):
     """What ``Backend.compile`` (or a ``JitKernel.compile`` override) returns: the launchable variant."""
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
 
 
 @runtime_checkable
-class ReportsCacheHit(Protocol):
+class ReportsCacheHit(_Capability, Protocol):
     """Optional for executors: whether the persistent cache served the variant (the warmup report says so)."""
 
     cache_hit: bool
 
 
 @runtime_checkable
-class ReportsTuning(Protocol):
+class ReportsTuning(_Capability, Protocol):
     """Optional for executors of autotuned kernels: what the backend did about tuning.
 
     ``tuning`` goes into the warmup report (``ReportEntry.tuning``); a runtime
@@ -238,7 +297,7 @@ class ReportsTuning(Protocol):
 
 
 @runtime_checkable
-class TunedResults(Protocol):
+class TunedResults(_Capability, Protocol):
     """Optional: tuned results (autotune winners) among a cache directory's entries, for bundles."""
 
     def tuned_results(self, directory: str | os.PathLike[str]) -> list[dict[str, Any]]:
@@ -247,7 +306,7 @@ class TunedResults(Protocol):
 
 
 @runtime_checkable
-class RecordReplay(Protocol):
+class RecordReplay(_Capability, Protocol):
     """Optional: replays a manifest's ``"raw"`` recorded entries (``docs/record.md``)."""
 
     def recorded_kernel(self, entry: Any) -> tuple[Any, Any]:
@@ -259,7 +318,7 @@ class RecordReplay(Protocol):
 
 
 @runtime_checkable
-class SpecializationMap(Protocol):
+class SpecializationMap(_Capability, Protocol):
     """Optional: maps declared keys to the specializations they compile (``warmkit coverage``)."""
 
     def specializations(
@@ -270,7 +329,7 @@ class SpecializationMap(Protocol):
 
 
 @runtime_checkable
-class TuningPlan(Protocol):
+class TuningPlan(_Capability, Protocol):
     """Optional: which of a kernel's keys still need tuning on a device (``warmkit plan`` says so)."""
 
     def tuning_plan(self, kernel: Any, keys: list[Any], target: str | None) -> dict[Any, str]:
@@ -285,15 +344,8 @@ def entry_check(backend: Any) -> Any:
 
 def missing_members(obj: Any, protocol: type) -> list[str]:
     """The members of ``protocol`` that ``obj`` lacks (methods must be callable), in definition order."""
-    names: list[str] = []
-    for klass in reversed(protocol.__mro__):
-        if klass in (object, Protocol) or not getattr(klass, "_is_protocol", False):
-            continue
-        for name in [*getattr(klass, "__annotations__", {}), *vars(klass)]:
-            if (not name.startswith("_") or name == "__call__") and name not in names:
-                names.append(name)
     out = []
-    for name in names:
+    for name in _members(protocol):
         member = getattr(protocol, name, None)
         value = getattr(obj, name, None)
         if value is None or (callable(member) and not callable(value)):

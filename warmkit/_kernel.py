@@ -23,7 +23,6 @@ import time
 import types
 import warnings
 from collections.abc import Hashable, Mapping
-from concurrent.futures import Future
 from typing import Any, ClassVar, Generic, TypeVar
 
 from . import _envs, _memo, monitor
@@ -73,7 +72,8 @@ class JitKernel(Generic[K]):
     _warmkit_dispatch_info: ClassVar[DispatchInfo]
     _warmkit_executors: ClassVar[dict[Any, Any]]
     _warmkit_target_executors: ClassVar[dict[tuple[str, Any], Any]]
-    _warmkit_inflight: ClassVar[dict[tuple[str | None, Any], Future[Any]]]
+    _warmkit_inflight: ClassVar[dict[Any, _Pending]]
+    _warmkit_target_inflight: ClassVar[dict[tuple[str, Any], _Pending]]
     _warmkit_lock: ClassVar[threading.Lock]
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -102,6 +102,7 @@ class JitKernel(Generic[K]):
         cls.executors = types.MappingProxyType(cls._warmkit_executors)
         cls._warmkit_target_executors = {}
         cls._warmkit_inflight = {}
+        cls._warmkit_target_inflight = {}
         cls._warmkit_lock = threading.Lock()
 
     # -- the contract --------------------------------------------------------------
@@ -254,20 +255,23 @@ class JitKernel(Generic[K]):
         Concurrent callers for one key wait for a single compile.
         """
         cls = type(self)
-        cache: dict[Any, Any] = (
-            cls._warmkit_executors if target is None else cls._warmkit_target_executors
-        )
-        ckey = key if target is None else (target, key)
+        if target is None:
+            cache, inflight, ckey = cls._warmkit_executors, cls._warmkit_inflight, key
+        else:
+            cache, inflight = cls._warmkit_target_executors, cls._warmkit_target_inflight
+            ckey = (target, key)
         with cls._warmkit_lock:
-            if ckey in cache:
-                return cache[ckey], True
-            fut = cls._warmkit_inflight.get((target, key))
-            owner = fut is None
-            if owner:
-                fut = cls._warmkit_inflight[(target, key)] = Future()
-        assert fut is not None
+            executor = cache.get(ckey, _MISSING)
+            if executor is not _MISSING:
+                return executor, True
+            pending = inflight.get(ckey)
+            if pending is None:
+                pending = inflight[ckey] = _Pending()
+                owner = True
+            else:
+                owner = False
         if not owner:
-            return fut.result(), True
+            return pending.wait(), True
         try:
             with monitor.managed_compile(), target_scope(target):
                 executor = self.compile(key)
@@ -279,13 +283,13 @@ class JitKernel(Generic[K]):
                 )
         except BaseException as exc:
             with cls._warmkit_lock:
-                del cls._warmkit_inflight[(target, key)]
-            fut.set_exception(exc)
+                del inflight[ckey]
+            pending.fail(exc)
             raise
         with cls._warmkit_lock:
             cache[ckey] = executor
-            del cls._warmkit_inflight[(target, key)]
-        fut.set_result(executor)
+            del inflight[ckey]
+        pending.finish(executor)
         return executor, False
 
     def _warmkit_in_memory(self, key: K, target: str | None) -> bool:
@@ -293,6 +297,40 @@ class JitKernel(Generic[K]):
         cls = type(self)
         cache = cls._warmkit_executors if target is None else cls._warmkit_target_executors
         return (key if target is None else (target, key)) in cache
+
+
+_MISSING = object()
+
+
+class _Pending:
+    """A compile in progress: later callers for the same key wait for its owner's result.
+
+    Lighter than a ``Future`` (warmup makes one per key): a lock held from the
+    start, released by the owner when the result or the error is in.
+    """
+
+    __slots__ = ("_done", "_error", "_result")
+
+    def __init__(self) -> None:
+        self._done = threading.Lock()
+        self._done.acquire()
+        self._result: Any = None
+        self._error: BaseException | None = None
+
+    def finish(self, result: Any) -> None:
+        self._result = result
+        self._done.release()
+
+    def fail(self, error: BaseException) -> None:
+        self._error = error
+        self._done.release()
+
+    def wait(self) -> Any:
+        with self._done:  # acquired once the owner released it
+            pass
+        if self._error is not None:
+            raise self._error
+        return self._result
 
 
 # -- definition-time checks ------------------------------------------------------------

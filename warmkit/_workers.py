@@ -34,7 +34,7 @@ import threading
 from typing import Any, Protocol, runtime_checkable
 
 from . import _envs
-from ._backend import ReportsCacheHit, target_scope
+from ._backend import ReportsCacheHit, _Capability, target_scope
 from ._exceptions import WorkerDiedError
 
 __all__ = ["ProcessCompiles", "prepare", "shutdown", "worker_pool"]
@@ -53,7 +53,7 @@ _atexit_registered = False
 
 
 @runtime_checkable
-class ProcessCompiles(Protocol):
+class ProcessCompiles(_Capability, Protocol):
     """A backend whose ahead-of-time compiles in another process are hits for its own compile."""
 
     def worker_target(self, target: str | None) -> str | None:

@@ -32,7 +32,7 @@ from typing import Any
 import attrs
 
 from . import _plugins, metrics
-from ._backend import MonitorHooks
+from ._backend import MonitorHooks, VarScope
 from ._exceptions import RuntimeCompileError
 
 __all__ = [
@@ -172,14 +172,9 @@ def clear() -> None:
         _warned.clear()
 
 
-@contextlib.contextmanager
-def managed_compile() -> Iterator[None]:
+def managed_compile() -> contextlib.AbstractContextManager[None]:
     """Mark compiles in this block as warmkit's own, so backend hooks do not report them twice."""
-    token = _managed.set(True)
-    try:
-        yield
-    finally:
-        _managed.reset(token)
+    return VarScope(_managed, True)
 
 
 def in_managed_compile() -> bool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import threading
+import typing
 
 import pytest
 
@@ -265,6 +266,42 @@ def test_a_minimal_backend_is_a_backend_with_no_optional_capability():
     ):
         assert not isinstance(b, capability), capability
     assert backend_module.entry_check(b) is None
+
+
+def test_isinstance_against_a_capability_follows_typing_rules():
+    """warmkit's protocols list their members once (``_CapabilityMeta``); the answer is typing's."""
+
+    class Tuned:
+        def __init__(self):  # members set on the instance count
+            self.tuning, self.tuning_key, self.autotune_seconds = None, (1,), 0.0
+
+    class Partial:
+        tuning = "stored"  # a member missing
+
+    class NoneMethod(Minimal):
+        compile = None  # a method blocked by None
+
+    class Nominal(warmkit.ReportsCacheHit):  # a subclass, members or not
+        pass
+
+    assert isinstance(Tuned(), warmkit.ReportsTuning)
+    assert not isinstance(Partial(), warmkit.ReportsTuning)
+    assert isinstance(Minimal(), warmkit.Backend) and not isinstance(NoneMethod(), warmkit.Backend)
+    assert isinstance(Nominal(), warmkit.ReportsCacheHit)
+    assert not isinstance(None, warmkit.FleetCapable)
+    assert isinstance(lambda: None, warmkit.Executor) and not isinstance(3, warmkit.Executor)
+    for proto in (warmkit.ReportsTuning, warmkit.Backend, warmkit.Executor):
+        # typing's own check, on a plain copy of the protocol, gives the same answers
+        body = {k: v for k, v in vars(proto).items() if k[0] != "_" or k == "__call__"}
+        plain = typing.runtime_checkable(
+            type(
+                proto.__name__,
+                (typing.Protocol,),
+                body | {"__annotations__": proto.__annotations__},
+            )
+        )
+        for obj in (Tuned(), Partial(), Minimal(), NoneMethod(), None, 3, print):
+            assert isinstance(obj, proto) == isinstance(obj, plain), (obj, proto)
 
 
 def test_a_backend_without_monitor_hooks_loads_and_the_monitor_skips_it(plugin_site):

@@ -8,7 +8,6 @@ import enum
 import logging
 import threading
 import typing
-from concurrent.futures import Future
 
 import attrs
 import pytest
@@ -352,12 +351,13 @@ def test_concurrent_get_or_compile_compiles_once(monkeypatch):
     n_threads = 8
     waiting = threading.Semaphore(0)
 
-    class CountingFuture(Future):
-        def result(self, timeout=None):
-            waiting.release()  # a second caller is about to wait for the first compile
-            return super().result(timeout)
+    wait = kernel_module._Pending.wait
 
-    monkeypatch.setattr(kernel_module, "Future", CountingFuture)
+    def counting_wait(self):
+        waiting.release()  # a second caller is about to wait for the first compile
+        return wait(self)
+
+    monkeypatch.setattr(kernel_module._Pending, "wait", counting_wait)
     compiles = []
 
     def hook(key):
