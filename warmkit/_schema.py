@@ -9,9 +9,13 @@ defaults.
 
 from __future__ import annotations
 
+import functools
+import logging
 from typing import Any
 
 from ._exceptions import ManifestError
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["MANIFEST_SCHEMA", "validate_manifest"]
 
@@ -159,7 +163,30 @@ def _row_schema(n: int) -> dict[str, Any]:
     }
 
 
+@functools.cache
+def _fast_validator() -> Any:
+    try:
+        import jsonschema_rs
+    except ImportError:  # a --no-deps install: every manifest is walked by jsonschema (slow)
+        logger.warning(
+            "warmkit: jsonschema-rs (a dependency of warmkit) is not installed; manifests are "
+            "validated by jsonschema alone, ~300 us per registration: pip install jsonschema-rs"
+        )
+        return None
+    return jsonschema_rs.validator_for(MANIFEST_SCHEMA)
+
+
 def _errors(data: Any) -> list[Any]:
+    fast = _fast_validator()
+    if fast is not None and fast.is_valid(data) and _rows_match_names(data):
+        # jsonschema-rs checks the same schema ~1000x faster (0.2 us per registration,
+        # against ~300 us: a recording has one registration per key); only a manifest
+        # that fails is walked by jsonschema, whose errors the messages below are made of.
+        return []
+    return _jsonschema_errors(data)
+
+
+def _jsonschema_errors(data: Any) -> list[Any]:
     import jsonschema
 
     validator = jsonschema.Draft202012Validator(MANIFEST_SCHEMA)
@@ -174,6 +201,15 @@ def _errors(data: Any) -> list[Any]:
                 err.path.extendleft(reversed(["registrations", i, "zip", g, "rows"]))
                 errors.append(err)
     return errors
+
+
+def _rows_match_names(data: Any) -> bool:
+    return all(
+        len(row) == len(group["names"])
+        for reg in data["registrations"]
+        for group in reg.get("zip", ())
+        for row in group["rows"]
+    )
 
 
 def _deepest(error: Any) -> Any:

@@ -6,9 +6,11 @@ import copy
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import warmkit
-from warmkit import ManifestError, WarmupRegistry
+from warmkit import ManifestError, WarmupRegistry, _schema
 from warmkit._schema import validate_manifest
 
 from ._kernels import OtherKernel, PyKernel
@@ -73,3 +75,69 @@ def test_load_refuses_a_renamed_field_instead_of_planning_defaults(data, tmp_pat
     path.write_text(json.dumps(bad))
     with pytest.raises(ManifestError, match=r"\$\.registrations\[0\]"):
         WarmupRegistry.load(path)
+
+
+# -- the fast validator (jsonschema-rs) accepts exactly what jsonschema accepts ---------------------
+
+_scalars = st.one_of(
+    st.none(), st.booleans(), st.integers(-3, 3), st.floats(allow_nan=False), st.text(max_size=2)
+)
+_tags = st.sampled_from(["tuple", "float", "range", "choices", "list", "names", "rows", "x"])
+_json = st.recursive(
+    _scalars | st.sampled_from(["inf", "-inf", "nan", 0, 1.0]),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_tags, inner, max_size=2),
+    max_leaves=8,
+)
+# Mostly well-formed values and axes, so that both answers come up often.
+_value = st.recursive(
+    _scalars | st.builds(lambda f: {"float": f}, st.sampled_from(["inf", "-inf", "nan", "1"])),
+    lambda inner: st.builds(lambda v: {"tuple": v}, st.lists(inner, max_size=2)),
+    max_leaves=4,
+)
+_axis = st.one_of(
+    _value,
+    st.builds(lambda *r: {"range": list(r)}, *[st.integers(-2, 2)] * 2, st.integers(-1, 1)),
+    st.builds(
+        lambda r: {"range": r}, st.lists(st.integers(-2, 2) | _scalars, min_size=2, max_size=4)
+    ),
+    st.builds(lambda v: {"choices": v}, st.lists(_value, max_size=2)),
+    st.builds(lambda v: {"list": v}, st.lists(_value, max_size=2)),
+    _json,
+)
+_group = st.fixed_dictionaries(
+    {
+        "names": st.sampled_from([["a"], ["a", "b"], ["a", "b"], [], ["a", "a"]]),
+        "rows": st.lists(st.lists(_value, min_size=1, max_size=2), max_size=2) | _json,
+    }
+)
+# One registration around the generated parts (so that one wrong part decides), and now
+# and then a changed top-level field.
+_manifest = st.builds(
+    lambda axis, group, kernel, top: (
+        {
+            "format": "warmkit.manifest",
+            "version": 1,
+            "registrations": [
+                {"kernel": kernel, "space": {"n": axis}}
+                | ({} if group is None else {"zip": [group]})
+            ],
+        }
+        | top
+    ),
+    _axis,
+    st.none() | _group,
+    st.sampled_from(["mod:K"] * 6 + ["", 0]),
+    st.dictionaries(
+        st.sampled_from(["format", "version", "recorded", "warmkit_version", "extra"]),
+        st.sampled_from([1, 1.0, True, "warmkit.manifest", "0.1", [], [{}], [1]]),
+        max_size=1,
+    ),
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_manifest)
+def test_the_fast_validator_agrees_with_jsonschema(data):
+    fast = _schema._fast_validator()
+    assert fast is not None, "jsonschema-rs is a dependency of warmkit"
+    assert (_schema._errors(data) == []) == (_schema._jsonschema_errors(data) == [])
