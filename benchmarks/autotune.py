@@ -257,7 +257,16 @@ def _run(mode: str, cache: Path, jobs: int, iters: int, tiny: bool, bundle: str 
         str(int(tiny)),
         bundle,
     ]
+    t0 = time.perf_counter()
+    # One line per child on stderr: a session step killed by its time limit still shows how far
+    # it got (the H200 session of 2026-12-01 saw an empty log after 420 s of 22 slow children).
+    print(f"[b11] child {mode} jobs={jobs} ...", file=sys.stderr, flush=True)
     proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=900, check=False)
+    print(
+        f"[b11] child {mode} jobs={jobs}: rc={proc.returncode} in {time.perf_counter() - t0:.1f}s",
+        file=sys.stderr,
+        flush=True,
+    )
     if proc.returncode != 0:
         raise RuntimeError(f"child {mode} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}")
     line = next(x for x in proc.stdout.splitlines() if x.startswith(MARK))
