@@ -17,6 +17,9 @@
 #                bash benchmarks/gpu_session.sh autotune   (carry: .whl) B11 and the autotune GPU test
 #                bash benchmarks/gpu_session.sh record     (carry: .whl) B9 (record/replay) and its GPU test
 #                bash benchmarks/gpu_session.sh fleet      (carry: .whl, .redis) B9 fleet: 4 ranks, one host
+#                bash benchmarks/gpu_session.sh multigpu   (carry: .whl, .redis; kind nvidia-h200-x2) B12:
+#                                                          examples/serve_ranks.py, 2 ranks on 2 GPUs, its
+#                                                          4 configurations x 1000 steps, and its GPU test
 #
 # Writes every log and JSON into $OUT/gpu-results.tar.gz and prints a summary.
 set -uo pipefail
@@ -78,6 +81,30 @@ elif [ "${1:-}" = fleet ]; then
         --out "$RES/b9_none.json"
     TAIL=12 step b9_fleet_redis 280 python3 benchmarks/fleet.py --hosts 1 --ranks 4 --store redis \
         --out "$RES/b9_redis.json"
+elif [ "${1:-}" = multigpu ]; then
+    # B12 (#15): one process per GPU; NVLink multicast off here and in every rank's environment.
+    export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+    export PATH="$PWD/.redis:$PATH" LD_LIBRARY_PATH="$PWD/.redis${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    nvidia-smi --query-gpu=index,name,memory.used --format=csv,noheader >> "$RES/machine.txt" 2>&1
+    PORT=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    mkdir -p "$RES/redis"
+    redis-server --bind 127.0.0.1 --port "$PORT" --save '' --appendonly no --dir "$RES/redis" \
+        > "$RES/redis.log" 2>&1 &
+    REDIS_PID=$!
+    python3 -c "import socket, sys, time
+for _ in range(100):
+    try:
+        socket.create_connection(('127.0.0.1', $PORT), timeout=0.2).close(); sys.exit(0)
+    except OSError:
+        time.sleep(0.1)
+sys.exit('redis-server did not start')" || exit 1
+    # cold (a cache per rank, no store), shared (one TRITON_CACHE_DIR), store (a cache per rank +
+    # this empty Redis), warm (a restart on the shared cache); rc=1 if any check failed.
+    TAIL=45 step b12_multigpu 420 python3 examples/serve_ranks.py --ranks 2 --device cuda \
+        --steps 1000 --store "redis://127.0.0.1:$PORT/0" --json "$RES/b12_multigpu.json"
+    kill "$REDIS_PID"
+    step multigpu_test 170 python3 -m pytest -q -p no:cacheprovider -rs \
+        tests/blocktable/test_serve_ranks.py -k two_gpus
 else
     step b4_first_launch 120 python3 benchmarks/first_launch.py --runs 5 --out "$RES/b4.json"
     step b5_launch 60 python3 benchmarks/launch_overhead.py --out "$RES/b5.json"

@@ -173,7 +173,9 @@ def rank_main(rank: int, spec: dict[str, Any], barrier: Any) -> None:
         "pid": os.getpid(),
         "device": str(device),
         "gpu": torch.cuda.get_device_name(device) if spec["cuda"] else None,
-        "implementation": sorted({t.implementation for mg in tables.values() for t in mg}),
+        "implementation": sorted(
+            {t.implementation for mg in tables.values() for t in mg if t.slot_mapping is not None}
+        ),
         "target": config.target,
         "cache_dir": os.environ["TRITON_CACHE_DIR"],
         "store": spec["store"],
@@ -382,6 +384,8 @@ def summarize(name: str, run: dict[str, Any]) -> dict[str, Any]:
             {
                 "rank": r["rank"],
                 "device": r["device"],
+                "gpu": r["gpu"],
+                "implementation": r["implementation"],
                 "keys": len(r["keys"]),
                 "compiles": len(r["compiles"]),
                 "compile_hashes": r["compiles"],
@@ -501,8 +505,8 @@ def main(argv: list[str] | None = None) -> int:
     }
     print("=" * 78)
     if cuda:
-        print(f"{args.ranks} ranks on {args.ranks} GPUs ({torch.cuda.get_device_name(0)}): every")
-        print("step launches the compiled Triton slot-mapping kernels on each rank's GPU.")
+        print(f"{args.ranks} ranks on {args.ranks} of this host's {gpus} GPUs (rank r on cuda:r):")
+        print("every step launches the compiled Triton slot-mapping kernels on the rank's GPU.")
     else:
         print(
             f"NO GPU for {args.ranks} ranks: CUDA is hidden from them. They compile ahead of time"
@@ -522,7 +526,7 @@ def main(argv: list[str] | None = None) -> int:
     doc: dict[str, Any] = {
         "program": "examples/serve_ranks.py",
         "device": "cuda" if cuda else "cpu",
-        "gpu": torch.cuda.get_device_name(0) if cuda else None,
+        "gpus": gpus,
         "ranks": args.ranks,
         "steps": base["steps"],
         "target": target or "this GPU",

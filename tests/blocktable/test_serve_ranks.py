@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 pytestmark = pytest.mark.slow
 
@@ -164,3 +165,28 @@ def test_a_store_that_already_holds_the_kernels_is_not_reported_as_compiled_once
             k["status"] = "fetched"
     checks = {c: ok for c, ok, _ in demo_mod.check_config("store", {"ranks": ranks, "verify": []})}
     assert not checks["compile accounting"]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(
+    not torch.cuda.is_available() or torch.cuda.device_count() < 2, reason="needs 2 CUDA GPUs"
+)
+def test_two_gpus(tmp_path, redis_server):
+    """The real thing: rank r on cuda:r launching the warmed kernels, every check on both."""
+    out = tmp_path / "s.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WARMKIT_")}
+    proc = subprocess.run(
+        [sys.executable, str(DEMO), "--device", "cuda", "--steps", "200",
+         "--store", redis_server.url, "--json", str(out)],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-4000:]
+    summary = json.loads(out.read_text())
+    assert summary["ok"] and summary["device"] == "cuda"
+    for cfg in summary["configs"].values():
+        assert [r["device"] for r in cfg["per_rank"]] == ["cuda:0", "cuda:1"]
+        assert all(r["implementation"] == ["triton"] for r in cfg["per_rank"])
+        assert all(r["runtime_compile_events"] == 0 for r in cfg["per_rank"])
+    assert summary["configs"]["shared"]["compiles_total"] == 6
+    assert summary["configs"]["store"]["compiles_total"] == 6
+    assert summary["configs"]["warm"]["compiles_total"] == 0
