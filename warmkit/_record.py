@@ -64,6 +64,15 @@ def _canonical(data: Any) -> str:
     return json.dumps(data, sort_keys=True, separators=(",", ":"), allow_nan=False)
 
 
+# A recording repeats a few kernels, backends and targets over thousands of entries.
+_canonical_cached = functools.lru_cache(maxsize=1024)(_canonical)
+
+
+@functools.lru_cache(maxsize=1024)
+def _id_head(backend: str | None, kind: str, kernel: str) -> str:
+    return f"[{','.join(map(_canonical, (backend, kind, kernel)))},"
+
+
 @attrs.frozen
 class RecordedEntry:
     """One specialization a run compiled at runtime.
@@ -130,8 +139,7 @@ class RecordedEntry:
         """A stable identity: equal for the same kernel, specialization and target."""
         # = _canonical([backend, kind, kernel, spec, target]): spec_json is already
         # canonical, so it is spliced in rather than parsed and dumped again.
-        head = ",".join(map(_canonical, (self.backend, self.kind, self.kernel)))
-        ident = f"[{head},{self.spec_json},{_canonical(self.target)}]"
+        ident = f"{_id_head(self.backend, self.kind, self.kernel)}{self.spec_json},{_canonical_cached(self.target)}]"
         return hashlib.sha256(ident.encode()).hexdigest()[:24]
 
     def to_dict(self) -> dict[str, Any]:

@@ -404,7 +404,8 @@ def warmup(config: WarmupConfig | None = None, registry: Any = None) -> WarmupRe
             )
             continue
         groups.setdefault(b, []).extend((kernel, k) for k in keys)
-    planned = {(name, k) for name, (_, keys) in plan.items() for k in keys}
+    # Only a recorded entry needs it (a declared key is compiled once, reported once).
+    planned = {(name, k) for name, (_, keys) in plan.items() for k in keys} if recorded else set()
     recorded_keys: set[tuple[str, Any]] = set()
     for item in recorded:
         entry = item.entry
@@ -598,8 +599,11 @@ class _Run:
         for name, secs in self._per_kernel.items():
             logger.debug("kernel %s: %.3fs", name, secs)
 
+    def _kind(self, name: str, key: Any) -> str:
+        return "recorded" if self.recorded and (name, key) in self.recorded else "declared"
+
     def _add(self, entry: ReportEntry) -> None:
-        if (entry.kernel, entry.key) in self.recorded:
+        if entry.kind == "declared" and self._kind(entry.kernel, entry.key) == "recorded":
             entry = attrs.evolve(entry, kind="recorded")
         with self._lock:
             self.entries.append(entry)
@@ -694,6 +698,7 @@ class _Run:
                 status,
                 time.perf_counter() - t0,
                 tuning=tuning if isinstance(tuning, str) else None,
+                kind=self._kind(name, key),
             )
 
         def skipped(item: tuple[Any, Any], reason: str) -> None:
