@@ -104,6 +104,26 @@ elif step == "raw":
         for e in warmkit.monitor.events()
     ]
 
+elif step in ("raw-record", "raw-replay"):
+    # raw-record: a warmup with WARMKIT_RECORD set, then a raw autotuned kernel tunes at runtime;
+    # raw-replay: a new process warms that manifest, then the same call benchmarks nothing.
+    if step == "raw-record":
+        reg = warmkit.WarmupRegistry()
+        with reg.activate():
+            K.HeurCopy().register_warmup(n=64)
+    else:
+        reg = warmkit.WarmupRegistry.load(os.environ["MANIFEST"])
+    report = warmkit.warmup(warmkit.WarmupConfig.from_env(monitor="warn", progress="off"), reg)
+    facts["rows"] = [[e.kind, e.status, e.tuning] for e in report.entries]
+    x = torch.randn(300)
+    out = torch.empty(300)
+    grid = lambda m: (triton.cdiv(300, m["BLOCK"]),)
+    K.raw_tuned_add[grid](x, out, 300)
+    K.raw_tuned_add[grid](x, out, 300)
+    facts["ok"] = bool(torch.allclose(out, x + 1))
+    facts["events"] = [(e.kind, e.kernel.rsplit(".", 1)[-1]) for e in warmkit.monitor.events()]
+    facts["winner"] = K.raw_tuned_add.cache[(300, "torch.float32", "torch.float32")].kwargs
+
 elif step == "drift":
     os.environ["WARMKIT_TRITON_VERIFY"] = "1"
     reg = warmkit.WarmupRegistry()

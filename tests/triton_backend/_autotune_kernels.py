@@ -9,7 +9,7 @@ from __future__ import annotations
 import attrs
 import triton
 import triton.language as tl
-from warmkit_triton import TritonKernel, WarmupTensor
+from warmkit_triton import TritonKernel, WarmupTensor, _tuned
 
 #: Four configs: two block sizes x two warp counts.
 CONFIGS = [
@@ -171,3 +171,12 @@ ALL = (TunedScale, DriftingScale, HeurCopy, SumInplace)
 def forget_all() -> None:
     for cls in ALL:
         cls._warmkit_forget()
+
+
+# A raw autotuned kernel (no TritonKernel wrapper), for recording its winner. The interpreter
+# has no GPU driver for Triton's do_bench, so a CPU timer stands in.
+@triton.autotune(configs=CONFIGS[:2], key=["n"], do_bench=_tuned._wall_clock_bench)
+@triton.jit
+def raw_tuned_add(x, out, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out + offs, tl.load(x + offs, mask=offs < n) + 1.0, mask=offs < n)

@@ -320,6 +320,32 @@ def test_a_raw_autotuned_kernel_is_refused_before_benchmarking_then_reported(tmp
     ]
 
 
+def test_a_raw_autotune_winner_is_recorded_and_a_replay_benchmarks_nothing(tmp_path):
+    manifest = tmp_path / "recorded.json"
+    first = interp("raw-record", tmp_path / "cache-a", WARMKIT_RECORD=str(manifest))
+    assert first["ok"] and first["events"] == [["autotune", "raw_tuned_add"]]
+    data = json.loads(manifest.read_text())
+    (tuned,) = [e for e in data["recorded"] if "autotune" in e["spec"]]
+    assert tuned["kernel"].endswith("_autotune_kernels:raw_tuned_add") and tuned["replayable"]
+    assert tuned["spec"]["autotune"]["winner"]["kwargs"] == first["winner"]
+    assert tuned["spec"]["autotune"]["gpu"] == "triton-interpreter"
+    # A new process on an empty cache: the warmup places the winner; the call tunes nothing.
+    second = interp("raw-replay", tmp_path / "cache-b", MANIFEST=str(manifest))
+    assert ["recorded", "cached", "stored"] in second["rows"]
+    assert second["ok"] and second["events"] == [] and second["winner"] == first["winner"]
+    # Configs changed since the recording: the entry fails, naming why, and the call tunes.
+    body = json.loads(manifest.read_text())
+    for i, e in enumerate(body["recorded"]):
+        if "autotune" in e["spec"]:
+            spec = {**e["spec"], "autotune": {**e["spec"]["autotune"], "configs": "0" * 64}}
+            fields = {k: e[k] for k in ("backend", "kind", "kernel", "name", "target")}
+            body["recorded"][i] = warmkit.RecordedEntry.make(spec=spec, **fields).to_dict()
+    stale = tmp_path / "stale.json"
+    stale.write_text(json.dumps(body))
+    with pytest.raises(AssertionError, match="configs changed since it was recorded"):
+        interp("raw-replay", tmp_path / "cache-c", MANIFEST=str(stale))
+
+
 def test_autotune_key_drift_is_detected_naming_the_argument(tmp_path):
     facts = interp("drift", tmp_path / "cache")
     assert (facts["parameter"], facts["expected"], facts["got"]) == ("n", 1024, 1000)

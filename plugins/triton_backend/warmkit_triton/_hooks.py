@@ -409,6 +409,12 @@ def _monitored_run(self: Any, *args: Any, **kwargs: Any) -> Any:
     bench = api.bench_time(self)
     seconds = bench if bench is not None and bench != before else time.perf_counter() - t0
     monitor.record(kernel=name, key=key, backend="triton", seconds=seconds, kind="autotune")
+    recorder = _recorder()
+    if recorder is not None:
+        from ._record import tuned_entry
+
+        winner = parts.cache.get(key)
+        recorder.add_safely(lambda: tuned_entry(self, key, winner))
     return result
 
 

@@ -32,6 +32,7 @@ hit is an error, never a silent success.
 from __future__ import annotations
 
 import ast
+import hashlib
 import importlib
 import json
 import logging
@@ -50,13 +51,16 @@ from ._specialize import _rep_of_class
 from ._tensor import WarmupTensor
 
 __all__ = [
+    "PlacedWinner",
     "RecordedTritonKernel",
+    "RecordedTuning",
     "decode_value",
     "describe_spec",
     "encode_value",
     "entry_from_event",
     "recorded_kernel",
     "spec_from_call",
+    "tuned_entry",
 ]
 
 logger = logging.getLogger(__name__)
@@ -272,7 +276,6 @@ def entry_from_event(event: api.MissEvent) -> Any:
 
     Unreplayable specializations are returned too, with the reason.
     """
-    from warmkit import RecordedEntry
 
     jit_fn = event.jit_fn
     fn = getattr(jit_fn, "fn", None)
@@ -291,6 +294,14 @@ def entry_from_event(event: api.MissEvent) -> Any:
         reason = reason or str(exc)
     if isinstance(event.key, str):
         spec["triton_key"] = event.key
+    return _raw_entry(jit_fn, spec, reason)
+
+
+def _raw_entry(jit_fn: Any, spec: dict[str, Any], reason: str | None) -> Any:
+    """A ``kind="raw"`` entry of ``jit_fn``, its source identity added to ``spec``."""
+    from warmkit import RecordedEntry
+
+    fn = jit_fn.fn
     src_sha256, source_hash = api.source_identity(jit_fn)
     spec["src_sha256"] = src_sha256
     if reason is None:
@@ -298,8 +309,8 @@ def entry_from_event(event: api.MissEvent) -> Any:
     return RecordedEntry.make(
         backend=BACKEND,
         kind="raw",
-        kernel=f"{module}:{qual}",
-        name=f"{module}.{qual}",
+        kernel=f"{fn.__module__}:{fn.__qualname__}",
+        name=f"{fn.__module__}.{fn.__qualname__}",
         spec=spec,
         target=_current_target(),
         reason=reason,
@@ -323,7 +334,18 @@ def spec_from_call(
 
 
 def describe_spec(spec: Mapping[str, Any]) -> str:
-    """A readable one-line form: ``x:*fp16, n:i32[div16], BLOCK=1024 | num_warps=4``."""
+    """A readable one-line form: ``x:*fp16, n:i32[div16], BLOCK=1024 | num_warps=4``.
+
+    A recorded autotune reads ``autotune key (1024, 'torch.float32') -> BLOCK=256 | num_warps=4``.
+    """
+    tuned = spec.get("autotune")
+    if tuned is not None:
+        win = tuned.get("winner", {})
+        chosen = ", ".join(f"{k}={v}" for k, v in win.get("kwargs", {}).items())
+        return (
+            f"autotune key {decode_value_text(tuned.get('key'))} -> {chosen} | "
+            f"num_warps={win.get('num_warps')}, num_stages={win.get('num_stages')} on {tuned.get('gpu')}"
+        )
     parts = []
     for a in spec.get("args", []):
         kind = a["kind"]
@@ -444,7 +466,7 @@ class RecordedTritonKernel(TritonKernel):
 
 
 _fn_lock = threading.Lock()
-_classes: dict[str, type] = {}
+_classes: dict[tuple[type, str], type] = {}
 
 
 def _replay_arg(param: api.JitParam, a: Mapping[str, Any]) -> Any:
@@ -474,21 +496,146 @@ def _replay_arg(param: api.JitParam, a: Mapping[str, Any]) -> Any:
 
 def recorded_kernel(entry: Any) -> tuple[Any, Any]:
     """The kernel and key that replay one raw recorded entry (the backend's ``recorded_kernel``)."""
+    spec = entry.spec
+    tuned = "autotune" in spec
+    base = RecordedTuning if tuned else RecordedTritonKernel
     with _fn_lock:
-        cls = _classes.get(entry.kernel)
+        cls = _classes.get((base, entry.kernel))
         if cls is None:
             cls = type(
-                f"Recorded[{entry.kernel}]",
-                (RecordedTritonKernel,),
+                f"{'RecordedTuning' if tuned else 'Recorded'}[{entry.kernel}]",
+                (base,),
                 {"name": entry.name, "path": entry.kernel, "__module__": __name__},
             )
-            _classes[entry.kernel] = cls
-    spec = entry.spec
-    core = {"args": spec["args"], "options": spec["options"]}
+            _classes[(base, entry.kernel)] = cls
+    core = (
+        {"autotune": spec["autotune"]}
+        if tuned
+        else {"args": spec["args"], "options": spec["options"]}
+    )
     for field in ("triton", "triton_key", "source_hash", "src_sha256"):
         if field in spec:
             core[field] = spec[field]
     return cls(), cls.CompileKey(json.dumps(core, sort_keys=True))
+
+
+# -- raw autotune winners -------------------------------------------------------------------------
+
+
+def _configs_digest(described: Sequence[Mapping[str, Any]]) -> str:
+    return hashlib.sha256(json.dumps(list(described), sort_keys=True).encode()).hexdigest()
+
+
+def tuned_entry(autotuner: Any, tkey: tuple[Any, ...], winner: Any) -> Any:
+    """The recorded entry for one raw autotune that finished: its autotune key and winning config.
+
+    The entry is valid only on the GPU model it was measured on (it records
+    it); the configs it chose among are recorded as compiles of their own.
+    Returns None when ``autotuner`` is not a stack over a ``@triton.jit``
+    function or no winner was chosen.
+    """
+
+    from ._autotune import unwrap
+    from ._tuned import describe_config, gpu_model
+
+    stack = unwrap(autotuner)
+    fn = getattr(getattr(stack, "jit", None), "fn", None)
+    if stack is None or stack.tuner is None or fn is None or winner is None:
+        return None
+    module, qual = fn.__module__, fn.__qualname__
+    reason = _import_problem(module, qual, stack.jit)
+    try:
+        key = encode_value(tuple(tkey))
+    except UnreplayableError as exc:
+        key, reason = repr(tkey), reason or f"its autotune key cannot be saved: {exc}"
+    spec: dict[str, Any] = {
+        "autotune": {
+            "key": key,
+            "winner": describe_config(winner),
+            "configs": _configs_digest([describe_config(c) for c in stack.tuner.configs]),
+            "gpu": gpu_model(None, interpreted=api.is_interpreted(stack.jit)),
+        },
+        "triton": api.triton_version(),
+    }
+    return _raw_entry(stack.jit, spec, reason)
+
+
+@attrs.frozen
+class PlacedWinner:
+    """What replaying a recorded raw autotune returns; it launches nothing (the raw kernel does).
+
+    Attributes:
+        kernel: the kernel's name.
+        key: the compile key (the recorded entry).
+        tuning_key: the autotune key.
+        tuning: ``"stored"`` (the winner is in the autotuner's cache: its first
+            call benchmarks nothing) or ``"needs-device"`` (an ahead-of-time
+            warmup, or another GPU model than the one measured: the first call
+            tunes).
+    """
+
+    kernel: str
+    key: Any
+    tuning_key: tuple[Any, ...]
+    tuning: str
+    cache_hit: bool = True
+    autotune_seconds: float = 0.0
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError(
+            f"kernel {self.kernel!r}: a recorded autotune result cannot launch; call the kernel"
+        )
+
+
+class RecordedTuning(RecordedTritonKernel):
+    """Replays a recorded raw autotune: a device warmup puts the winner into the autotuner's cache."""
+
+    def function_for(self, key: Any) -> Any:
+        """None: the result has no cache entry of its own (each config compiled is an entry)."""
+        return None
+
+    def compile(self, key: Any) -> Any:
+        """Check the function, its configs and the GPU model; place the winner on a match.
+
+        Raises:
+            ImportError, LookupError: the function no longer imports, or is no longer autotuned.
+            RuntimeError: its source or its configs changed since it was recorded.
+        """
+        from warmkit import current_target
+
+        from ._autotune import unwrap
+        from ._tuned import describe_config, gpu_model
+
+        spec = json.loads(key.spec_json)
+        tuned = spec["autotune"]
+        with _fn_lock:
+            jit = self._function(spec)
+        stack = unwrap(_import_path(self.path))
+        if stack is None or stack.tuner is None:
+            raise LookupError(f"recorded kernel {self.path} is no longer autotuned; re-record")
+        described = [describe_config(c) for c in stack.tuner.configs]
+        if _configs_digest(described) != tuned["configs"] or tuned["winner"] not in described:
+            raise RuntimeError(
+                f"recorded kernel {self.path}: its autotune configs changed since it was "
+                "recorded; re-record"
+            )
+        tkey = decode_value(tuned["key"])
+        here = None
+        if current_target() is None:
+            here = gpu_model(None, interpreted=api.is_interpreted(jit))
+        if here == tuned["gpu"]:
+            stack.tuner.cache[tkey] = stack.tuner.configs[described.index(tuned["winner"])]
+            return PlacedWinner(self.name, key, tkey, "stored")
+        if here is not None:
+            logger.warning(
+                "recorded kernel %s autotune key %r: the winner was measured on %s, this is %s; "
+                "its first call will tune here (results are only used on the GPU model measured)",
+                self.path,
+                tkey,
+                tuned["gpu"],
+                here,
+            )
+        return PlacedWinner(self.name, key, tkey, "needs-device")
 
 
 # -- coverage -------------------------------------------------------------------------------------

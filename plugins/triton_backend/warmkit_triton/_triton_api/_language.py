@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+import inspect
+import textwrap
 from typing import Any, NamedTuple
 
 from ._import import require_triton
@@ -72,6 +74,13 @@ def source_identity(fn: Any) -> tuple[str, str]:
     """``(sha256 of fn's source text, Triton's source hash)`` of a JITFunction.
 
     Triton's hash (``cache_key``) covers the source, its starting line and the
-    functions and globals it uses; it is part of the disk-cache key. Checked: 3.6.0, 3.9.0.
+    functions and globals it uses; it is part of the disk-cache key. An
+    ``InterpretedFunction`` (``TRITON_INTERPRET=1``) has neither: its Python
+    function's source stands for both. Checked: 3.6.0, 3.9.0.
     """
-    return hashlib.sha256(fn.src.encode()).hexdigest(), fn.cache_key
+    src = getattr(fn, "src", None)
+    if src is None:
+        text = textwrap.dedent(inspect.getsource(fn.fn))
+        digest = hashlib.sha256(text.encode()).hexdigest()
+        return digest, digest
+    return hashlib.sha256(src.encode()).hexdigest(), fn.cache_key
