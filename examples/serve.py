@@ -27,6 +27,7 @@ Usage::
 
     python examples/serve.py [--config engine.toml] [--steps N] [--target cuda:90]
                              [--manifest-out PATH] [--json PATH] [--seed N]
+    python examples/serve.py --ranks 2 [...]   # = examples/serve_ranks.py: a process per rank
 """
 
 from __future__ import annotations
@@ -54,6 +55,11 @@ log = logging.getLogger("serve")
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if any(a == "--ranks" or a.startswith("--ranks=") for a in argv):
+        from serve_ranks import main as serve_ranks  # one process per rank (docs/fleet.md)
+
+        return serve_ranks(argv)
     parser = argparse.ArgumentParser(
         description="warmkit demo: register, warm up, then serve simulated steps with 0 runtime compiles"
     )
@@ -83,6 +89,13 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="skip warmkit.warmup (the contrast run): the monitor is armed in 'warn' mode, so "
         "every compile the steps trigger is counted; exits 0 even when there are some",
+    )
+    parser.add_argument(
+        "--ranks",
+        type=int,
+        default=None,
+        help="one process per rank instead (GPU rank r on cuda:r): runs examples/serve_ranks.py "
+        "with these arguments (its --help lists them)",
     )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")

@@ -167,6 +167,20 @@ def test_a_store_that_already_holds_the_kernels_is_not_reported_as_compiled_once
     assert not checks["compile accounting"]
 
 
+def test_serve_py_ranks_is_the_two_rank_demo(tmp_path):
+    out = tmp_path / "s.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WARMKIT_")}
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "serve.py"), "--ranks", "2", "--device", "cpu",
+         "--configs", "shared", "--steps", "5", "--json", str(out)],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-4000:]
+    summary = json.loads(out.read_text())
+    assert summary["program"] == "examples/serve_ranks.py" and summary["ok"]
+    assert summary["configs"]["shared"]["compiles_total"] == 6
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(
     not torch.cuda.is_available() or torch.cuda.device_count() < 2, reason="needs 2 CUDA GPUs"
