@@ -61,10 +61,9 @@ from ._registry import (
     default_registry,
 )
 from ._space import Choices, DispatchInfo, IntRange, ZipGroup, zip_inputs
+from ._version import __version__
 from ._warmup import ReportEntry, WarmupConfig, WarmupReport, warmup
 from ._workers import ProcessCompiles, prepare
-
-__version__ = "0.1.0"
 
 __all__ = [
     "Backend",
@@ -138,6 +137,10 @@ _LAZY = {"BundleInstall", "build_bundle", "inspect_bundle", "install_bundle"}
 
 
 def __getattr__(name: str) -> Any:
+    if name == "build_bundle":
+        from ._build import build_bundle
+
+        return build_bundle
     if name in _LAZY:
         from . import _bundle
 
@@ -150,4 +153,5 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:
-    from ._bundle import BundleInstall, build_bundle, inspect_bundle, install_bundle
+    from ._build import build_bundle
+    from ._bundle import BundleInstall, inspect_bundle, install_bundle

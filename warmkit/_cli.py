@@ -29,7 +29,6 @@ import traceback
 from collections.abc import Iterator, Sequence
 from typing import Any, NoReturn
 
-from . import __version__
 from ._exceptions import (
     BackendUnavailableError,
     BundleError,
@@ -37,6 +36,7 @@ from ._exceptions import (
     PluginLoadError,
     WarmupError,
 )
+from ._version import __version__
 
 __all__ = ["main"]
 
@@ -393,7 +393,8 @@ def _cmd_warmup(args: argparse.Namespace) -> int:
 
 
 def _cmd_bundle(args: argparse.Namespace) -> int:
-    from ._bundle import build_bundle, inspect_bundle, install_bundle
+    from ._build import build_bundle
+    from ._bundle import inspect_bundle, install_bundle
     from ._registry import WarmupRegistry
 
     if args.bundle_command == "build":

@@ -21,7 +21,6 @@ import textwrap
 import threading
 import time
 import types
-import warnings
 from collections.abc import Hashable, Mapping
 from typing import Any, ClassVar, Generic, TypeVar
 
@@ -29,15 +28,14 @@ from . import _envs, _memo, monitor
 from ._backend import ReportsTuning, current_target, target_scope
 from ._exceptions import KernelDefinitionError
 from ._record import active_recorder, key_entry
-from ._space import Choices, DispatchInfo, IntRange, ZipGroup, _names, expand
+from ._registry import active_registry, check_registration, warn_unregistered
+from ._space import DispatchInfo, expand
 
 __all__ = ["JitKernel"]
 
 logger = logging.getLogger(__name__)
 
 K = TypeVar("K", bound=Hashable)
-
-_PLAIN_SCALARS = (type(None), bool, int, float, str)
 
 
 class JitKernel(Generic[K]):
@@ -196,14 +194,12 @@ class JitKernel(Generic[K]):
                 int, float, str, tuples of these, or a search-space object),
                 or an input dispatch does not accept.
         """
-        from ._registry import active_registry
-
         cls = self._concrete()
         registry = active_registry()
         if registry is None:
             # Checked all the same: a mistake must not depend on the scope.
             check_registration(cls, zip_groups, space)
-            _warn_unregistered(cls.name, space)
+            warn_unregistered(cls.name, space)
             return
         registry.add(self, *zip_groups, **space)
 
@@ -408,77 +404,3 @@ def _analyse_dispatch(cls: type) -> DispatchInfo:
             f"dropped. Forward them, e.g. return self.CompileKey(**{var_kw}, ...)",
         )
     return DispatchInfo(params, var_kw, frozenset(used), cls.CompileKey)  # type: ignore[attr-defined]
-
-
-def check_registration(cls: Any, zip_groups: Any, space: Any) -> None:
-    """Check one registration of kernel class ``cls``: its names and its plain-data values.
-
-    Raises:
-        TypeError: a positional argument that is not a zip group, an input
-            dispatch does not accept, or a value that is not plain immutable data.
-        ValueError: a name given twice.
-    """
-    cls._warmkit_dispatch_info.check_names(cls.name, _names(zip_groups, space))
-    for name, value in space.items():
-        _check_plain(cls.name, name, value)
-    for i, group in enumerate(zip_groups):
-        for row in group.rows:
-            for name, value in zip(group.names, row):
-                _check_plain(cls.name, f"{name} (zip group {i})", value, allow_space=False)
-
-
-def _check_plain(kernel: str, name: str, value: Any, *, allow_space: bool = True) -> None:
-    # Exact types: a subclass (an IntEnum, a str Enum) would come back from a saved
-    # manifest as its plain base and could dispatch differently on replay.
-    if type(value) in _PLAIN_SCALARS:
-        return
-    if type(value) is tuple:
-        for v in value:
-            _check_plain(kernel, name, v, allow_space=False)
-        return
-    if allow_space and isinstance(value, IntRange):
-        return
-    if isinstance(value, ZipGroup):
-        raise TypeError(
-            f"kernel {kernel!r}: register_warmup argument {name!r}: pass zip_inputs(...) "
-            "positionally, not as a keyword"
-        )
-    if allow_space and isinstance(value, (Choices, list)):
-        for v in value:
-            _check_plain(kernel, name, v, allow_space=False)
-        return
-    raise TypeError(
-        f"kernel {kernel!r}: register_warmup argument {name!r} is a {type(value).__name__}; "
-        "registrations hold only plain immutable data (None, bool, int, float, str, tuples "
-        "of these, lists/Choices/IntRange of these) so that a registry never keeps large "
-        "objects alive and can be saved. Pass the scalar the kernel dispatches on "
-        "(e.g. tensor.shape[1], not the tensor)."
-    )
-
-
-_unregistered: set[str] = set()
-_unregistered_lock = threading.Lock()
-
-
-def _warn_unregistered(kernel: str, space: Any) -> None:
-    """Warn once per kernel that a registration was dropped: nothing would warm it up."""
-    with _unregistered_lock:
-        if kernel in _unregistered:
-            return
-        _unregistered.add(kernel)
-    thread = threading.current_thread()
-    where = (
-        f"in thread {thread.name!r}, which has no active registry: wrap the work handed to "
-        "the thread with registry.bind(fn)"
-        if thread is not threading.main_thread()
-        else "outside any registry: build the engine under `with registry.activate():` "
-        "(in threads: registry.bind(fn))"
-    )
-    message = (
-        f"kernel {kernel}: register_warmup({', '.join(space)}) {where}. It was dropped, so "
-        "warmup will not compile it (further drops of this kernel are not reported)"
-    )
-    logger.warning("%s", message)
-    # Also a Python warning: shown even where the application configured no logging
-    # (warmkit's loggers have only a NullHandler then).
-    warnings.warn(message, RuntimeWarning, stacklevel=3)

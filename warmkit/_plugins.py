@@ -317,8 +317,6 @@ def load_kernel(ref: str) -> type:
         PluginLoadError: the kernel's plugin failed to import.
         TypeError: the object is not a ``JitKernel`` subclass.
     """
-    from ._kernel import JitKernel
-
     info = _find(KERNELS_GROUP, ref)
     if info is not None:
         allowed = _allowed()
@@ -345,9 +343,16 @@ def load_kernel(ref: str) -> type:
             f"kernel {ref!r}: no entry point of that name in {KERNELS_GROUP!r} (installed: "
             f"{known}), and it is not a module:attr path"
         )
-    if not (isinstance(obj, type) and issubclass(obj, JitKernel)):
+    if not _is_kernel_class(obj):
         raise TypeError(f"kernel {ref!r} resolves to {obj!r}, which is not a JitKernel subclass")
     return obj
+
+
+def _is_kernel_class(obj: Any) -> bool:
+    """Whether ``obj`` subclasses ``warmkit.JitKernel``, told by its MRO: ``_kernel`` imports this module."""
+    return isinstance(obj, type) and any(
+        c.__module__ == "warmkit._kernel" and c.__qualname__ == "JitKernel" for c in obj.__mro__
+    )
 
 
 def kernel_ref(cls: type) -> str:

@@ -15,6 +15,7 @@ import logging
 import math
 import os
 import threading
+import warnings
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextvars import ContextVar
@@ -24,7 +25,6 @@ from typing import Any, TypeVar
 import attrs
 
 from ._exceptions import ManifestError, PluginLoadError
-from ._kernel import check_registration
 from ._record import (
     MANIFEST_FORMAT,
     MANIFEST_VERSION,
@@ -33,13 +33,24 @@ from ._record import (
     read_manifest_data,
     write_atomic,
 )
-from ._space import Choices, IntRange, ZipGroup
+from ._space import Choices, IntRange, ZipGroup, _names
+from ._version import __version__
 
-__all__ = ["Registration", "WarmupRegistry", "activate", "active_registry", "default_registry"]
+__all__ = [
+    "Registration",
+    "WarmupRegistry",
+    "activate",
+    "active_registry",
+    "check_registration",
+    "default_registry",
+    "warn_unregistered",
+]
 
 logger = logging.getLogger(__name__)
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+_PLAIN_SCALARS = (type(None), bool, int, float, str)
 
 _active: ContextVar[WarmupRegistry | None] = ContextVar("warmkit_registry", default=None)
 
@@ -217,7 +228,6 @@ class WarmupRegistry:
 
     def to_dict(self) -> dict[str, Any]:
         """The manifest as JSON-ready data."""
-        from . import __version__
         from ._plugins import kernel_ref
 
         refs: dict[type, str] = {}
@@ -409,6 +419,83 @@ def activate() -> contextlib.AbstractContextManager[WarmupRegistry]:
 def active_registry() -> WarmupRegistry | None:
     """The registry active in this thread or task, if any."""
     return _active.get()
+
+
+# -- registration checks ----------------------------------------------------------------
+
+
+def check_registration(cls: Any, zip_groups: Any, space: Any) -> None:
+    """Check one registration of kernel class ``cls``: its names and its plain-data values.
+
+    Raises:
+        TypeError: a positional argument that is not a zip group, an input
+            dispatch does not accept, or a value that is not plain immutable data.
+        ValueError: a name given twice.
+    """
+    cls.dispatch_info().check_names(cls.name, _names(zip_groups, space))
+    for name, value in space.items():
+        _check_plain(cls.name, name, value)
+    for i, group in enumerate(zip_groups):
+        for row in group.rows:
+            for name, value in zip(group.names, row):
+                _check_plain(cls.name, f"{name} (zip group {i})", value, allow_space=False)
+
+
+def _check_plain(kernel: str, name: str, value: Any, *, allow_space: bool = True) -> None:
+    # Exact types: a subclass (an IntEnum, a str Enum) would come back from a saved
+    # manifest as its plain base and could dispatch differently on replay.
+    if type(value) in _PLAIN_SCALARS:
+        return
+    if type(value) is tuple:
+        for v in value:
+            _check_plain(kernel, name, v, allow_space=False)
+        return
+    if allow_space and isinstance(value, IntRange):
+        return
+    if isinstance(value, ZipGroup):
+        raise TypeError(
+            f"kernel {kernel!r}: register_warmup argument {name!r}: pass zip_inputs(...) "
+            "positionally, not as a keyword"
+        )
+    if allow_space and isinstance(value, (Choices, list)):
+        for v in value:
+            _check_plain(kernel, name, v, allow_space=False)
+        return
+    raise TypeError(
+        f"kernel {kernel!r}: register_warmup argument {name!r} is a {type(value).__name__}; "
+        "registrations hold only plain immutable data (None, bool, int, float, str, tuples "
+        "of these, lists/Choices/IntRange of these) so that a registry never keeps large "
+        "objects alive and can be saved. Pass the scalar the kernel dispatches on "
+        "(e.g. tensor.shape[1], not the tensor)."
+    )
+
+
+_unregistered: set[str] = set()
+_unregistered_lock = threading.Lock()
+
+
+def warn_unregistered(kernel: str, space: Any) -> None:
+    """Warn once per kernel that a registration was dropped: nothing would warm it up."""
+    with _unregistered_lock:
+        if kernel in _unregistered:
+            return
+        _unregistered.add(kernel)
+    thread = threading.current_thread()
+    where = (
+        f"in thread {thread.name!r}, which has no active registry: wrap the work handed to "
+        "the thread with registry.bind(fn)"
+        if thread is not threading.main_thread()
+        else "outside any registry: build the engine under `with registry.activate():` "
+        "(in threads: registry.bind(fn))"
+    )
+    message = (
+        f"kernel {kernel}: register_warmup({', '.join(space)}) {where}. It was dropped, so "
+        "warmup will not compile it (further drops of this kernel are not reported)"
+    )
+    logger.warning("%s", message)
+    # Also a Python warning: shown even where the application configured no logging
+    # (warmkit's loggers have only a NullHandler then).
+    warnings.warn(message, RuntimeWarning, stacklevel=3)
 
 
 # -- canonical form and JSON encoding ----------------------------------------------------

@@ -521,9 +521,9 @@ def test_register_warmup_accepts_plain_data_and_space_objects(registry):
 
 
 def test_a_dropped_registration_warns_once_naming_the_kernel_and_the_fix(caplog, monkeypatch):
-    from warmkit import _kernel
+    from warmkit import _registry
 
-    monkeypatch.setattr(_kernel, "_unregistered", set())
+    monkeypatch.setattr(_registry, "_unregistered", set())
     caplog.set_level(logging.DEBUG, logger="warmkit")
     before = len(warmkit.default_registry())
     PyKernel().register_warmup(n=1)
@@ -535,7 +535,7 @@ def test_a_dropped_registration_warns_once_naming_the_kernel_and_the_fix(caplog,
     assert PyKernel.name in record.getMessage() and "registry.activate()" in record.getMessage()
 
     # From a worker thread that was not bound: the fix is registry.bind.
-    monkeypatch.setattr(_kernel, "_unregistered", set())
+    monkeypatch.setattr(_registry, "_unregistered", set())
     caplog.clear()
     reg = warmkit.WarmupRegistry()
     with reg.activate():

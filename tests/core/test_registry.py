@@ -196,10 +196,10 @@ class CountingInt(int):
 def test_dedup_is_hashed_not_a_scan(registry, monkeypatch):
     # A scan compares each new registration with every stored one: n**2 / 2 comparisons.
     # (Registrations take exact plain types only; let this counting int through.)
-    import warmkit._kernel as kernel_module
+    import warmkit._registry as registry_module
 
     monkeypatch.setattr(
-        kernel_module, "_PLAIN_SCALARS", (*kernel_module._PLAIN_SCALARS, CountingInt)
+        registry_module, "_PLAIN_SCALARS", (*registry_module._PLAIN_SCALARS, CountingInt)
     )
     n = 2000
     CountingInt.comparisons = 0
