@@ -27,6 +27,7 @@ from ._backend import (
     TuningPlan,
     current_target,
 )
+from ._envs import EnvVar
 from ._exceptions import (
     BackendNotImplementedError,
     BackendUnavailableError,
@@ -78,6 +79,7 @@ __all__ = [
     "CanonicalTargets",
     "Choices",
     "DispatchInfo",
+    "EnvVar",
     "Executor",
     "Fleet",
     "FleetCapable",

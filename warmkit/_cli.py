@@ -29,6 +29,7 @@ import traceback
 from collections.abc import Iterator, Sequence
 from typing import Any, NoReturn
 
+from ._envs import MONITOR_MODES, ON_ERROR_MODES
 from ._exceptions import (
     BackendUnavailableError,
     BundleError,
@@ -102,10 +103,10 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--target", help=_TARGET)
     s.add_argument("--backends", help=_BACKENDS)
     s.add_argument("-j", "--jobs", type=int, help="parallel compiles (default: CPU count)")
-    s.add_argument("--monitor", choices=("off", "warn", "error"), help="monitor mode afterwards")
+    s.add_argument("--monitor", choices=MONITOR_MODES, help="monitor mode afterwards")
     s.add_argument(
         "--on-error",
-        choices=("raise", "collect"),
+        choices=ON_ERROR_MODES,
         help="stop at the first failure, or attempt every key (default: WARMKIT_ON_ERROR, "
         "else collect)",
     )

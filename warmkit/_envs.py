@@ -1,8 +1,12 @@
-"""Every ``WARMKIT_*`` environment variable, in one table.
+"""Every ``WARMKIT_*`` environment variable of the core, in one table; :class:`EnvVar` for plugins' tables.
 
 Values are read when asked for (never cached at import), so a test or a
 launcher may set them at any time before ``WarmupConfig.from_env()``.
-``docs/configuration.md`` documents the same table; a test keeps them equal.
+Each plugin declares its own variables (``WARMKIT_<PLUGIN>_*``) in a table
+of ``warmkit.EnvVar`` in its ``_envs.py``, with the same parsers (one boolean
+rule for all: :meth:`EnvVar.flag`). ``docs/configuration.md`` documents every
+table; a test keeps them equal. The mode literals (``MONITOR_MODES``,
+``ON_ERROR_MODES``, ``PROGRESS_MODES``) are defined here, once.
 """
 
 from __future__ import annotations
@@ -13,7 +17,22 @@ from typing import Any
 
 import attrs
 
-__all__ = ["ENVIRONMENT", "EnvVar", "get"]
+__all__ = [
+    "ENVIRONMENT",
+    "MONITOR_MODES",
+    "ON_ERROR_MODES",
+    "PROGRESS_MODES",
+    "EnvVar",
+    "get",
+    "rank",
+]
+
+#: What a compile after warmup does (``WarmupConfig.monitor``, ``warmkit.monitor.arm``).
+MONITOR_MODES = ("off", "warn", "error")
+#: ``WarmupConfig.on_error``: stop at the first failure, or compile everything, then raise once.
+ON_ERROR_MODES = ("raise", "collect")
+#: ``WarmupConfig.progress``.
+PROGRESS_MODES = ("auto", "on", "off")
 
 
 def _bool(raw: str) -> bool:
@@ -81,19 +100,54 @@ def _choice(*choices: str) -> Callable[[str], str]:
 
 @attrs.frozen
 class EnvVar:
-    """One environment variable: its default (when unset), its parser and what it does."""
+    """One environment variable: its default (when unset), its parser and what it does.
+
+    A table maps each name to one; a plugin keeps its own table (e.g.
+    ``warmkit_triton._envs.ENVIRONMENT``) and reads a variable with
+    ``table[name].read(name)``.
+
+    Attributes:
+        default: the value when the variable is unset.
+        parse: raw string -> value; raises ``ValueError`` on a bad value.
+        doc: one line for the documentation.
+    """
 
     default: Any
     parse: Callable[[str], Any]
     doc: str
 
+    @classmethod
+    def flag(cls, default: bool, doc: str) -> EnvVar:
+        """A boolean variable: ``1/0``, ``true/false``, ``yes/no``, ``on/off``; anything else (even empty) is an error."""
+        return cls(default, _bool, doc)
+
+    @classmethod
+    def choice(cls, default: str, choices: tuple[str, ...], doc: str) -> EnvVar:
+        """A variable taking one of ``choices`` (case-insensitive)."""
+        return cls(default, _choice(*choices), doc)
+
+    def read(self, name: str) -> Any:
+        """The parsed value of variable ``name`` now, or the default when it is unset.
+
+        Raises:
+            ValueError: it is set to something that does not parse; the message
+                names the variable and the value.
+        """
+        raw = os.environ.get(name)
+        if raw is None:
+            return self.default
+        try:
+            return self.parse(raw)
+        except ValueError as exc:
+            raise ValueError(f"environment variable {name}={raw!r} is invalid: {exc}") from None
+
 
 ENVIRONMENT: dict[str, EnvVar] = {
     # Master switch: 0 makes warmkit.warmup() return at once, importing no backend.
-    "WARMKIT_ENABLED": EnvVar(True, _bool, "WarmupConfig.enabled: 0 disables warmup entirely."),
+    "WARMKIT_ENABLED": EnvVar.flag(True, "WarmupConfig.enabled: 0 disables warmup entirely."),
     # What a compile after warmup does: off, warn (one warning per kernel and key), error.
-    "WARMKIT_MONITOR": EnvVar(
-        "warn", _choice("off", "warn", "error"), "WarmupConfig.monitor: off, warn or error."
+    "WARMKIT_MONITOR": EnvVar.choice(
+        "warn", MONITOR_MODES, "WarmupConfig.monitor: off, warn or error."
     ),
     # Parallel compile jobs; unset or 'auto' = the number of CPUs.
     "WARMKIT_JOBS": EnvVar(
@@ -110,12 +164,12 @@ ENVIRONMENT: dict[str, EnvVar] = {
         None, _opt_str, "WarmupConfig.target: e.g. cuda:90; unset = the current device."
     ),
     # raise: stop at the first failure; collect: compile everything, then raise once.
-    "WARMKIT_ON_ERROR": EnvVar(
-        "raise", _choice("raise", "collect"), "WarmupConfig.on_error: raise or collect."
+    "WARMKIT_ON_ERROR": EnvVar.choice(
+        "raise", ON_ERROR_MODES, "WarmupConfig.on_error: raise or collect."
     ),
     # Progress bar: auto (on a TTY, rank 0 only), on, off.
-    "WARMKIT_PROGRESS": EnvVar(
-        "auto", _choice("auto", "on", "off"), "WarmupConfig.progress: auto, on or off."
+    "WARMKIT_PROGRESS": EnvVar.choice(
+        "auto", PROGRESS_MODES, "WarmupConfig.progress: auto, on or off."
     ),
     # Comma-separated backends to warm up; kernels of other backends are skipped.
     "WARMKIT_BACKENDS": EnvVar(
@@ -194,14 +248,7 @@ def get(name: str) -> Any:
         ValueError: the variable is set to something it cannot parse; the
             message names the variable.
     """
-    var = ENVIRONMENT[name]
-    raw = os.environ.get(name)
-    if raw is None:
-        return var.default
-    try:
-        return var.parse(raw)
-    except ValueError as exc:
-        raise ValueError(f"environment variable {name}={raw!r} is invalid: {exc}") from None
+    return ENVIRONMENT[name].read(name)
 
 
 def rank() -> int:

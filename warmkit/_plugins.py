@@ -374,25 +374,6 @@ def _getattr_path(obj: Any, path: str) -> Any:
     return obj
 
 
-def load_all(group: str) -> tuple[dict[str, Any], list[PluginFailure]]:
-    """Import every allowed plugin of ``group``; return ``(loaded, failures)`` without raising."""
-    loaded: dict[str, Any] = {}
-    failures: list[PluginFailure] = []
-    for info in discover(group):
-        try:
-            if group == BACKENDS_GROUP:
-                loaded[info.name] = get_backend(info.name)
-            else:
-                loaded[info.name] = load_kernel(info.name)
-        except PluginLoadError as exc:
-            failures.extend(exc.failures)
-        except Exception as exc:  # noqa: BLE001 -- isolate a broken plugin; report it
-            failures.append(
-                PluginFailure(info.name, group, info.value, info.distribution, info.version, exc)
-            )
-    return loaded, failures
-
-
 def conform(name: str, backend: Any) -> list[str]:
     """The members of ``warmkit.Backend`` that ``backend`` lacks; a nameless one is named ``name``."""
     missing = [m for m in missing_members(backend, Backend) if m != "name"]

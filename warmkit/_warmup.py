@@ -98,11 +98,11 @@ class WarmupConfig:
     """
 
     enabled: bool = attrs.field(default=True, validator=attrs.validators.instance_of(bool))
-    monitor: str = attrs.field(default="warn", validator=_in(*monitor.MODES))
+    monitor: str = attrs.field(default="warn", validator=_in(*_envs.MONITOR_MODES))
     jobs: int | None = attrs.field(default=None, validator=_jobs)
     target: str | None = None
-    on_error: str = attrs.field(default="raise", validator=_in("raise", "collect"))
-    progress: str = attrs.field(default="auto", validator=_in("auto", "on", "off"))
+    on_error: str = attrs.field(default="raise", validator=_in(*_envs.ON_ERROR_MODES))
+    progress: str = attrs.field(default="auto", validator=_in(*_envs.PROGRESS_MODES))
     backends: tuple[str, ...] | None = attrs.field(default=None, converter=_backends)
     bundle: str | None = attrs.field(
         default=None, converter=lambda v: None if v is None else str(v)

@@ -33,6 +33,7 @@ import attrs
 
 from . import _plugins, metrics
 from ._backend import MonitorHooks, VarScope
+from ._envs import MONITOR_MODES
 from ._exceptions import RuntimeCompileError
 
 __all__ = [
@@ -52,7 +53,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-MODES = ("off", "warn", "error")
+MODES = MONITOR_MODES
 
 _lock = threading.Lock()
 _mode = "off"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import re
 from pathlib import Path
 
@@ -68,6 +69,22 @@ INVALID = {
 }
 
 FIELD_VARS = {f.name: f"WARMKIT_{f.name.upper()}" for f in attrs.fields(WarmupConfig)}
+
+
+def _plugin_tables() -> dict[str, dict[str, warmkit.EnvVar]]:
+    """Each plugin package's own table, ``<package>/_envs.py``'s ``ENVIRONMENT``, found on disk."""
+    tables = {}
+    for path in sorted(ROOT.glob("plugins/*/warmkit_*/_envs.py")):
+        package = path.parent.name
+        try:
+            tables[package] = importlib.import_module(f"{package}._envs").ENVIRONMENT
+        except ImportError as exc:  # pragma: no cover - the README installs every plugin
+            pytest.fail(f"{package} is not installed ({exc}); install it as the README says")
+    return tables
+
+
+PLUGIN_TABLES = _plugin_tables()
+ALL_VARIABLES = {**ENVIRONMENT, **{n: v for t in PLUGIN_TABLES.values() for n, v in t.items()}}
 
 
 def test_every_variable_has_test_cases():
@@ -184,6 +201,59 @@ def test_every_variable_the_code_reads_is_in_the_table():
     assert mentioned <= set(ENVIRONMENT), mentioned - set(ENVIRONMENT)
 
 
+def test_each_plugin_declares_its_variables_in_its_own_table():
+    assert "warmkit_triton" in PLUGIN_TABLES
+    for package, table in PLUGIN_TABLES.items():
+        prefix = "WARMKIT_" + package.removeprefix("warmkit_").upper() + "_"
+        assert all(name.startswith(prefix) for name in table), (package, sorted(table))
+        assert all(isinstance(v, warmkit.EnvVar) for v in table.values())
+        assert not set(table) & set(ENVIRONMENT)
+        mentioned = set()
+        for path in (ROOT / "plugins").glob(f"*/{package}/**/*.py"):
+            mentioned |= set(re.findall(r"\bWARMKIT_[A-Z_]+[A-Z]\b", path.read_text()))
+        own = {m for m in mentioned if m.startswith(prefix)}
+        assert own <= set(table), f"{package} reads {own - set(table)} outside its table"
+        assert mentioned <= set(table) | set(ENVIRONMENT), mentioned - set(table) - set(ENVIRONMENT)
+
+
+@pytest.mark.parametrize(
+    "name",
+    sorted(n for n, v in ALL_VARIABLES.items() if v.parse is ENVIRONMENT["WARMKIT_ENABLED"].parse),
+)
+def test_every_boolean_variable_follows_the_one_rule(monkeypatch, name):
+    var = ALL_VARIABLES[name]
+    for raw, want in (("1", True), ("YES", True), (" on ", True), ("0", False), ("off", False)):
+        monkeypatch.setenv(name, raw)
+        assert var.read(name) is want, (name, raw)
+    for raw in ("", "2", "maybe"):
+        monkeypatch.setenv(name, raw)
+        with pytest.raises(ValueError, match=name):
+            var.read(name)
+    monkeypatch.delenv(name)
+    assert var.read(name) is var.default
+
+
+def test_no_variable_parses_booleans_its_own_way():
+    """Every table's boolean variables use EnvVar.flag's parser (the names say what is a flag)."""
+    flags = {
+        "WARMKIT_ENABLED",
+        "WARMKIT_TRITON_VERIFY",
+        "WARMKIT_TRITON_PRIME",
+        "WARMKIT_TRITON_KEY_CACHE",
+    }
+    rule = ENVIRONMENT["WARMKIT_ENABLED"].parse
+    assert {n for n in flags if n in ALL_VARIABLES and ALL_VARIABLES[n].parse is rule} == flags
+
+
+def test_mode_literals_are_defined_once():
+    assert warmkit.monitor.MODES is _envs.MONITOR_MODES
+    assert attrs.fields(WarmupConfig).on_error.default in _envs.ON_ERROR_MODES
+    literal = re.compile(r"""\(\s*["'](off|raise|auto)["'],\s*["']""")
+    for path in (ROOT / "warmkit").glob("*.py"):
+        if path.name != "_envs.py":
+            assert not literal.search(path.read_text()), f"{path.name} spells a mode tuple again"
+
+
 # -- docs/configuration.md -----------------------------------------------------------------
 
 
@@ -209,7 +279,7 @@ def _doc_default(value) -> str:
 
 def test_configuration_doc_lists_every_variable_with_its_default():
     rows = _doc_rows()
-    for name, var in ENVIRONMENT.items():
+    for name, var in ALL_VARIABLES.items():
         assert name in rows, f"docs/configuration.md does not list {name}"
         assert rows[name][1] == _doc_default(var.default), name
 

@@ -199,14 +199,6 @@ def test_kernel_plugin_failure_is_plugin_load_error_also_through_a_manifest(plug
     assert info.value.failures[0].distribution == "bad-kernels"
 
 
-def test_load_all_isolates_a_broken_plugin(plugin_site):
-    plugin_site.add_module("wkp_boom", "raise RuntimeError('boom')\n")
-    plugin_site.add_dist("mixed", backends={"good": FAKE, "bad": "wkp_boom:B"})
-    loaded, failures = plugins.load_all(plugins.BACKENDS_GROUP)
-    assert "good" in loaded
-    assert [f.name for f in failures] == ["bad"]
-
-
 # -- conflicts -----------------------------------------------------------------------------
 
 

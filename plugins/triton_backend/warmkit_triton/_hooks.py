@@ -284,57 +284,63 @@ def _on_load_end(module: Any, function: Any, name: str, metadata_group: Any, has
 # -- install / uninstall ----------------------------------------------------------------------
 
 
+def _chain(ours: Any, cls: type, get: Any, put: Any) -> Any:
+    """Put ``cls(previous)`` in a hook slot unless ours is already there; return the one in place."""
+    current = get()
+    if ours is None or current is not ours:
+        if ours is not None:
+            ours.active = False  # left inside someone else's chain: pass-through
+        ours = cls(current)
+        put(ours)
+    return ours
+
+
+def _unchain(ours: Any, get: Any, put: Any, slot: str) -> None:
+    """Put back what ours wrapped, or make ours a pass-through when someone chained on top of it."""
+    if get() is ours:
+        put(ours.previous)
+    else:
+        ours.active = False
+        logger.debug("%s was replaced on top of warmkit's; leaving ours as a pass-through", slot)
+
+
+def _attach_load_hooks(attach: bool) -> bool:
+    """Add (or remove) ours to Triton's module-load ``HookChain``\\ s; False when Triton has none."""
+    chains = api.load_hooks()
+    if chains is None:
+        return False
+    for chain, hook in zip(chains, (_on_load_start, _on_load_end)):
+        (chain.add if attach else chain.remove)(hook)
+    return True
+
+
 def _install_locked() -> None:
     global _cache_hook, _listener, _load_hooks_added
-    current = api.get_jit_cache_hook()
-    if _cache_hook is None or current is not _cache_hook:
-        if _cache_hook is not None:
-            _cache_hook.active = False  # left inside someone else's chain: pass-through
-        _cache_hook = _ChainedCacheHook(current)
-        api.set_jit_cache_hook(_cache_hook)
-    current_listener = api.get_compilation_listener()
-    if _listener is None or current_listener is not _listener:
-        if _listener is not None:
-            _listener.active = False
-        _listener = _ChainedListener(current_listener)
-        api.set_compilation_listener(_listener)
+    _cache_hook = _chain(
+        _cache_hook, _ChainedCacheHook, api.get_jit_cache_hook, api.set_jit_cache_hook
+    )
+    _listener = _chain(
+        _listener, _ChainedListener, api.get_compilation_listener, api.set_compilation_listener
+    )
     if not _load_hooks_added:
-        chains = api.load_hooks()
-        if chains is not None:
-            start, end = chains
-            start.add(_on_load_start)
-            end.add(_on_load_end)
-            _load_hooks_added = True
+        _load_hooks_added = _attach_load_hooks(True)
 
 
 def _uninstall_locked() -> None:
     global _cache_hook, _listener, _load_hooks_added
-    if _cache_hook is None and _listener is None and not _load_hooks_added:
-        return
     if _cache_hook is not None:
-        if api.get_jit_cache_hook() is _cache_hook:
-            api.set_jit_cache_hook(_cache_hook.previous)
-        else:
-            _cache_hook.active = False
-            logger.debug(
-                "jit_cache_hook was replaced on top of warmkit's; leaving ours as a pass-through"
-            )
+        _unchain(_cache_hook, api.get_jit_cache_hook, api.set_jit_cache_hook, "jit_cache_hook")
         _cache_hook = None
     if _listener is not None:
-        if api.get_compilation_listener() is _listener:
-            api.set_compilation_listener(_listener.previous)
-        else:
-            _listener.active = False
-            logger.debug(
-                "compilation.listener was replaced on top of warmkit's; leaving ours as a pass-through"
-            )
+        _unchain(
+            _listener,
+            api.get_compilation_listener,
+            api.set_compilation_listener,
+            "compilation.listener",
+        )
         _listener = None
     if _load_hooks_added:
-        chains = api.load_hooks()
-        if chains is not None:
-            start, end = chains
-            start.remove(_on_load_start)
-            end.remove(_on_load_end)
+        _attach_load_hooks(False)
         _load_hooks_added = False
 
 

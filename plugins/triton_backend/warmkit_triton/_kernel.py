@@ -39,13 +39,13 @@ from __future__ import annotations
 
 import difflib
 import logging
-import os
 import sys
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, TypeVar
 
 from warmkit import JitKernel, KernelDefinitionError
 
+from . import _envs
 from . import _triton_api as api
 
 __all__ = [
@@ -255,10 +255,6 @@ class TritonKernel(JitKernel[K]):
         """
         return self.fn
 
-    def compile(self, key: K) -> Any:
-        """Compile ``key`` through the ``triton`` backend (see ``JitKernel.compile``)."""
-        return super().compile(key)
-
 
 # -- argument checks ------------------------------------------------------------------------------
 
@@ -343,7 +339,7 @@ _prime_ok = True
 
 
 def _verify_default() -> bool:
-    return os.environ.get("WARMKIT_TRITON_VERIFY", "").strip().lower() in ("1", "true", "yes", "on")
+    return bool(_envs.get("WARMKIT_TRITON_VERIFY"))
 
 
 class TritonExecutor:
@@ -448,7 +444,7 @@ class TritonExecutor:
             True when the launch path ran up to the driver's rejection.
         """
         global _prime_ok
-        if not self.fast or not _prime_ok or os.environ.get("WARMKIT_TRITON_PRIME", "1") == "0":
+        if not self.fast or not _prime_ok or not _envs.get("WARMKIT_TRITON_PRIME"):
             return False
         try:
             import torch

@@ -38,6 +38,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from . import _envs
 from . import _triton_api as api
 
 __all__ = ["ENV", "cache_file", "enabled", "install", "outcome", "uninstall"]
@@ -58,8 +59,12 @@ _outcome: str | None = None
 
 
 def enabled() -> bool:
-    """False when ``WARMKIT_TRITON_KEY_CACHE`` is ``0``/``false``/``no``/``off``."""
-    return os.environ.get(ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+    """False when ``WARMKIT_TRITON_KEY_CACHE`` is off (``0``, ``false``, ``no``, ``off``).
+
+    Raises:
+        ValueError: it is set to something else (named in the message).
+    """
+    return bool(_envs.get(ENV))
 
 
 def cache_file() -> Path:
