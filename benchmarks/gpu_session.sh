@@ -112,5 +112,8 @@ else
     step b8_demo 60 python3 examples/serve.py --steps 1000 --json "$RES/b8.json"
     step gpu_tests 120 python3 -m pytest -q -p no:cacheprovider -rs \
         tests/triton_backend/test_gpu.py tests/blocktable/test_gpu.py
+    # the Triton layer's canary on the GPU's Triton (3.6): every accessor, and the two launch paths
+    step triton_api_canary 120 python3 -m pytest -q -p no:cacheprovider -rs \
+        tests/triton_backend/test_triton_api.py
 fi
 echo "results: $OUT/gpu-results.tar.gz"

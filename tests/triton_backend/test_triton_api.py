@@ -713,7 +713,8 @@ def test_canary_launch_on_gpu() -> None:
         out = torch.zeros_like(x)
         go, path = api.direct_launch(compiled, launcher, layout=layout)
         assert path.startswith(layout), (layout, path)
-        go(((n + 127) // 128,), stream, launcher.function, (x, y, out, n))
+        # every parameter, constexprs included, as TritonExecutor passes them
+        go(((n + 127) // 128,), stream, launcher.function, (x, y, out, n, 128))
         torch.cuda.synchronize()
         assert torch.equal(out, x + y), f"direct_launch({layout=}) via {path} computed wrong sums"
 

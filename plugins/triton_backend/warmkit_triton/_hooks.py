@@ -329,7 +329,7 @@ def _install_locked() -> None:
 def _uninstall_locked() -> None:
     global _cache_hook, _listener, _load_hooks_added
     if _cache_hook is not None:
-        _unchain(_cache_hook, api.get_jit_cache_hook, api.set_jit_cache_hook, "jit_cache_hook")
+        _unchain(_cache_hook, api.get_jit_cache_hook, api.set_jit_cache_hook, "the JIT cache hook")
         _cache_hook = None
     if _listener is not None:
         _unchain(
