@@ -61,9 +61,10 @@ from ._registry import (
     active_registry,
     default_registry,
 )
+from ._report import ReportEntry, WarmupReport
 from ._space import Choices, DispatchInfo, IntRange, ZipGroup, zip_inputs
 from ._version import __version__
-from ._warmup import ReportEntry, WarmupConfig, WarmupReport, warmup
+from ._warmup import WarmupConfig, warmup
 from ._workers import ProcessCompiles, prepare
 
 __all__ = [

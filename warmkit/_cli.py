@@ -200,7 +200,7 @@ def _parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("run", help="run a command warmed up from a manifest, monitor armed")
     s.add_argument("-m", "--manifest", required=True, help="the manifest to warm before CMD runs")
-    s.add_argument("--monitor", choices=("off", "warn", "error"), help="monitor mode afterwards")
+    s.add_argument("--monitor", choices=MONITOR_MODES, help="monitor mode afterwards")
     s.add_argument("--record", help="also record runtime compiles into this manifest")
     s.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
 

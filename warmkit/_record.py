@@ -30,6 +30,7 @@ import functools
 import hashlib
 import json
 import logging
+import math
 import os
 import threading
 from collections.abc import Iterable, Mapping
@@ -44,6 +45,8 @@ __all__ = [
     "RecordedEntry",
     "Recorder",
     "active_recorder",
+    "decode_value",
+    "encode_value",
     "read_recorded",
     "resolve_recorded",
     "start_recording",
@@ -313,7 +316,7 @@ class Recorder:
     def _merge(self, entries: list[RecordedEntry]) -> None:
         from filelock import FileLock
 
-        from . import __version__
+        from ._version import __version__
 
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with FileLock(str(self.path) + ".lock"):
@@ -406,14 +409,41 @@ def active_recorder() -> Recorder | None:
     return _active
 
 
+def encode_value(v: Any) -> Any:
+    """A plain value as JSON data: tuples and non-finite floats tagged (``decode_value`` undoes it)."""
+    if isinstance(v, tuple):
+        return {"tuple": [encode_value(x) for x in v]}
+    if isinstance(v, float) and not math.isfinite(v):
+        return {"float": repr(v)}
+    return v
+
+
+def decode_value(v: Any) -> Any:
+    """The value ``encode_value`` encoded.
+
+    Raises:
+        ValueError: an unknown tag.
+        TypeError: a bare list (alternatives are tagged).
+    """
+    if isinstance(v, dict):
+        if set(v) == {"tuple"}:
+            return tuple(decode_value(x) for x in v["tuple"])
+        if set(v) == {"float"}:
+            return float(v["float"])
+        raise ValueError(f"unknown value encoding {v!r}")
+    if isinstance(v, list):
+        raise TypeError(
+            f"a bare list {v!r} is not a value; alternatives are encoded as {{'list': [...]}}"
+        )
+    return v
+
+
 def encode_key(key: Any) -> dict[str, Any]:
     """A ``CompileKey``'s fields as JSON data (tuples and non-finite floats tagged).
 
     Raises:
         TypeError: a field that is not plain data (it could not be rebuilt elsewhere).
     """
-    from ._registry import _encode
-
     if attrs.has(type(key)):
         names = [f.name for f in attrs.fields(type(key))]
     elif dataclasses.is_dataclass(key):
@@ -426,7 +456,7 @@ def encode_key(key: Any) -> dict[str, Any]:
     for name in names:
         value = getattr(key, name)
         _check_plain_value(name, value)
-        out[name] = _encode(value)
+        out[name] = encode_value(value)
     return out
 
 
@@ -444,9 +474,7 @@ def _check_plain_value(name: str, value: Any) -> None:
 
 def decode_key(cls: type, fields: Mapping[str, Any]) -> Any:
     """Rebuild ``cls.CompileKey`` from ``encode_key`` data."""
-    from ._registry import _decode
-
-    return cls.CompileKey(**{k: _decode(v) for k, v in fields.items()})
+    return cls.CompileKey(**{k: decode_value(v) for k, v in fields.items()})
 
 
 def key_entry(cls: type, key: Any, target: str | None = None) -> RecordedEntry:

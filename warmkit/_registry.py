@@ -29,6 +29,8 @@ from ._record import (
     MANIFEST_FORMAT,
     MANIFEST_VERSION,
     RecordedEntry,
+    decode_value,
+    encode_value,
     parse_recorded,
     read_manifest_data,
     write_atomic,
@@ -240,7 +242,10 @@ class WarmupRegistry:
                     "kernel": refs[reg.kernel_cls],
                     "name": reg.kernel,
                     "zip": [
-                        {"names": list(g.names), "rows": [[_encode(v) for v in r] for r in g.rows]}
+                        {
+                            "names": list(g.names),
+                            "rows": [[encode_value(v) for v in r] for r in g.rows],
+                        }
                         for g in reg.zip_groups
                     ],
                     "space": {k: _encode_axis(v) for k, v in reg.space.items()},
@@ -347,7 +352,8 @@ class WarmupRegistry:
                     kernel_cls = classes[ref] = load_kernel(ref)
                 groups = [
                     ZipGroup(
-                        tuple(g["names"]), tuple(tuple(_decode(v) for v in r) for r in g["rows"])
+                        tuple(g["names"]),
+                        tuple(tuple(decode_value(v) for v in r) for r in g["rows"]),
                     )
                     for g in entry.get("zip", [])
                 ]
@@ -532,39 +538,17 @@ def _canon_space(zip_groups: Sequence[ZipGroup], space: Mapping[str, Any]) -> tu
     return (zips, kws)
 
 
-def _encode(v: Any) -> Any:
-    if isinstance(v, tuple):
-        return {"tuple": [_encode(x) for x in v]}
-    if isinstance(v, float) and not math.isfinite(v):
-        return {"float": repr(v)}
-    return v
-
-
 def _encode_axis(v: Any) -> Any:
     if isinstance(v, IntRange):
         if v.advance is None:
             return {"range": [v.start, v.stop, v.step or 1]}
         # A function cannot be saved: the manifest keeps the values it produced.
-        return {"choices": [_encode(x) for x in v]}
+        return {"choices": [encode_value(x) for x in v]}
     if isinstance(v, Choices):
-        return {"choices": [_encode(x) for x in v.values]}
+        return {"choices": [encode_value(x) for x in v.values]}
     if isinstance(v, list):
-        return {"list": [_encode(x) for x in v]}
-    return _encode(v)
-
-
-def _decode(v: Any) -> Any:
-    if isinstance(v, dict):
-        if set(v) == {"tuple"}:
-            return tuple(_decode(x) for x in v["tuple"])
-        if set(v) == {"float"}:
-            return float(v["float"])
-        raise ValueError(f"unknown value encoding {v!r}")
-    if isinstance(v, list):
-        raise TypeError(
-            f"a bare list {v!r} is not a value; alternatives are encoded as {{'list': [...]}}"
-        )
-    return v
+        return {"list": [encode_value(x) for x in v]}
+    return encode_value(v)
 
 
 def _decode_axis(v: Any) -> Any:
@@ -574,7 +558,7 @@ def _decode_axis(v: Any) -> Any:
             start, stop, step = body
             return IntRange(start, stop, step)
         if tag == "choices":
-            return Choices(*(_decode(x) for x in body))
+            return Choices(*(decode_value(x) for x in body))
         if tag == "list":
-            return [_decode(x) for x in body]
-    return _decode(v)
+            return [decode_value(x) for x in body]
+    return decode_value(v)

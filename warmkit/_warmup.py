@@ -6,7 +6,6 @@ order, in parallel where the backend allows -> report -> arm the monitor.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import sys
@@ -22,13 +21,13 @@ from . import _envs, metrics, monitor
 from ._backend import CanonicalTargets, ReportsTuning
 from ._exceptions import BackendUnavailableError, WarmupError
 from ._record import resolve_recorded, start_recording
+from ._report import ReportEntry, WarmupReport
 from ._runner import CANCELLED, NOT_ATTEMPTED, run
 
-__all__ = ["ReportEntry", "WarmupConfig", "WarmupReport", "warmup"]
+__all__ = ["WarmupConfig", "warmup"]
 
 logger = logging.getLogger(__name__)
 
-STATUSES = ("compiled", "cached", "waited", "fetched", "failed", "skipped")
 _NOT_ATTEMPTED = NOT_ATTEMPTED
 _NOT_REPLAYABLE = "not replayable: "
 
@@ -146,188 +145,6 @@ class WarmupConfig:
         }
         values.update(overrides)
         return cls(**values)
-
-
-@attrs.frozen
-class ReportEntry:
-    """The outcome of one key.
-
-    Attributes:
-        kernel: the kernel's name.
-        backend: its backend's name (None for a kernel with its own compile()).
-        key: the compile key.
-        status: ``compiled``, ``cached`` (already in memory, or a backend cache
-            hit), ``failed`` or ``skipped``.
-        seconds: wall time spent on this key.
-        error: ``"Type: message"`` for a failed key, or why it was skipped.
-        exception: the exception of a failed key (not serialised).
-        tuning: for an autotuned key, what the backend did about tuning:
-            ``"benchmarked"``, ``"stored"`` (a stored result was used),
-            ``"single"`` (one config survived), ``"known-winners"`` (ahead of
-            time: only known winners compiled) or ``"needs-device"`` (ahead of
-            time: every config compiled, a GPU host still has to benchmark).
-        kind: ``"declared"`` (from a registration) or ``"recorded"`` (a
-            manifest's recorded entry, ``docs/record.md``).
-    """
-
-    kernel: str
-    backend: str | None
-    key: Any
-    status: str
-    seconds: float = 0.0
-    error: str | None = None
-    exception: BaseException | None = attrs.field(default=None, eq=False, repr=False)
-    tuning: str | None = None
-    kind: str = "declared"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "kernel": self.kernel,
-            "backend": self.backend,
-            "key": repr(self.key),
-            "status": self.status,
-            "seconds": round(self.seconds, 6),
-            "error": self.error,
-            "tuning": self.tuning,
-        }
-
-
-@attrs.frozen
-class WarmupReport:
-    """What ``warmkit.warmup`` did, key by key.
-
-    Attributes:
-        enabled: False if warmup was disabled (nothing else is filled then).
-        entries: one ``ReportEntry`` per planned key, in compile order.
-        seconds: total wall time.
-        target: the configured target (None = current device).
-        jobs: the parallelism used.
-        monitor: the mode the monitor was armed with (``"off"`` if not armed).
-        cancelled: True when SIGINT (Ctrl-C) interrupted the warmup; keys it
-            never finished are ``skipped`` with the reason.
-
-    Timings: ``seconds`` is wall-clock time for the whole warmup; each entry's
-    ``seconds`` is that key's own time, so per-kernel sums in ``table()``
-    add up time spent in parallel and may exceed the total.
-    """
-
-    enabled: bool
-    entries: tuple[ReportEntry, ...] = ()
-    seconds: float = 0.0
-    target: str | None = None
-    jobs: int = 1
-    monitor: str = "off"
-    cancelled: bool = False
-
-    def count(self, status: str) -> int:
-        return sum(1 for e in self.entries if e.status == status)
-
-    @property
-    def ok(self) -> bool:
-        return self.count("failed") == 0
-
-    @property
-    def warm(self) -> bool:
-        """True when warmup ran, nothing failed, and it did not skip every key it planned.
-
-        A warmup whose backend allow-list filtered out every key compiled
-        nothing: it is not warm, and the monitor was not armed.
-        """
-        return (
-            self.enabled
-            and self.ok
-            and not self.cancelled
-            and not (self.entries and self.count("skipped") == len(self.entries))
-        )
-
-    @property
-    def failures(self) -> tuple[ReportEntry, ...]:
-        return tuple(e for e in self.entries if e.status == "failed")
-
-    @property
-    def needs_tuning(self) -> tuple[ReportEntry, ...]:
-        """Autotuned keys compiled ahead of time with no known winner: a GPU host must benchmark them."""
-        return tuple(e for e in self.entries if e.tuning == "needs-device")
-
-    def totals(self) -> dict[str, int]:
-        return {s: self.count(s) for s in STATUSES} | {"keys": len(self.entries)}
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "enabled": self.enabled,
-            "seconds": round(self.seconds, 6),
-            "target": self.target,
-            "jobs": self.jobs,
-            "monitor": self.monitor,
-            "cancelled": self.cancelled,
-            "totals": self.totals(),
-            "entries": [e.to_dict() for e in self.entries],
-        }
-
-    def to_json(self, **kwargs: Any) -> str:
-        """The report as JSON: indented, one entry per line; ``kwargs`` go to ``json.dumps`` instead."""
-        data = self.to_dict()
-        if kwargs:
-            return json.dumps(data, **({"indent": 2} | kwargs))
-        # json's C encoder runs only without indent; indenting 100,000 entries in
-        # Python took 40 us per key, more than the rest of the warmup's bookkeeping.
-        entries = data.pop("entries")
-        head = json.dumps(data, indent=2)[:-2]
-        body = ",\n".join("    " + json.dumps(e) for e in entries)
-        return f'{head},\n  "entries": [\n{body}\n  ]\n}}'
-
-    def table(self) -> str:
-        """A readable per-kernel table with totals."""
-        if not self.enabled:
-            return "warmup disabled (WARMKIT_ENABLED=0 or WarmupConfig(enabled=False))"
-        rows: dict[tuple[str, str], dict[str, float]] = {}
-        for e in self.entries:
-            label = e.kernel if e.kind == "declared" else f"{e.kernel} [{e.kind}]"
-            r = rows.setdefault((label, e.backend or "-"), dict.fromkeys((*STATUSES, "s"), 0.0))
-            r[e.status] += 1
-            r["s"] += e.seconds
-        head = ("kernel", "backend", "keys", *STATUSES, "seconds")
-        body = [
-            (
-                k,
-                b,
-                str(int(sum(r[s] for s in STATUSES))),
-                *(str(int(r[s])) for s in STATUSES),
-                f"{r['s']:.3f}",
-            )
-            for (k, b), r in rows.items()
-        ]
-        t = self.totals()
-        body.append(
-            ("total", "", str(t["keys"]), *(str(t[s]) for s in STATUSES), f"{self.seconds:.3f}")
-        )
-        widths = [max(len(row[i]) for row in (head, *body)) for i in range(len(head))]
-        lines = [
-            "  ".join(
-                c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))
-            )
-            for row in (head, *body)
-        ]
-        lines.insert(1, "  ".join("-" * w for w in widths))
-        lines.insert(len(lines) - 1, "  ".join("-" * w for w in widths))
-        for e in self.failures:
-            lines.append(f"FAILED {e.kernel} {e.key!r}: {e.error}")
-        for e in self.needs_tuning:
-            lines.append(f"NEEDS TUNING ON A DEVICE {e.kernel} {e.key!r}: every config compiled")
-        lines.append(
-            f"seconds: per kernel, the sum of its keys' compile times (they overlap with "
-            f"jobs={self.jobs}); total, wall-clock"
-        )
-        if self.cancelled:
-            lines.append("CANCELLED (SIGINT): keys not compiled are listed as skipped")
-        for e in self.entries:
-            if e.kind == "recorded" and e.status == "skipped":
-                lines.append(f"SKIPPED {e.kernel} (recorded): {e.error}")
-        return "\n".join(lines)
-
-    def __str__(self) -> str:
-        return self.table()
 
 
 def _progress_enabled(setting: str) -> bool:

@@ -542,7 +542,7 @@ def test_report_to_dict_to_json_and_table():
     table = report.table()
     assert str(report) == table
     lines = table.splitlines()
-    assert lines[0].split() == ["kernel", "backend", "keys", *warmkit._warmup.STATUSES, "seconds"]
+    assert lines[0].split() == ["kernel", "backend", "keys", *warmkit._report.STATUSES, "seconds"]
     assert any(line.startswith(PyKernel.name) and " 3 " in line for line in lines)
     assert any(line.startswith("tests.other") for line in lines)
     assert any(line.startswith("total") and " 4 " in line for line in lines)
