@@ -303,10 +303,24 @@ def load_backends_of_imported_dsls() -> None:
     """
     for info in discover(BACKENDS_GROUP):
         if info.name in sys.modules and info.name not in _backends:
-            try:
-                get_backend(info.name)
-            except Exception as exc:  # noqa: BLE001 -- arming must not fail on a broken plugin
-                logger.debug("backend %s not loaded for the monitor: %s", info.name, exc)
+            _load_quietly(info.name, logging.DEBUG)
+
+
+def load_every_backend() -> None:
+    """Load each allowed backend; one that fails to load is a warning naming it.
+
+    ``warmkit record`` of a command that never imports warmkit calls this before
+    arming the monitor, so every DSL's compiles are hooked before the command runs.
+    """
+    for info in discover(BACKENDS_GROUP):
+        _load_quietly(info.name, logging.WARNING)
+
+
+def _load_quietly(name: str, level: int) -> None:
+    try:
+        get_backend(name)
+    except Exception as exc:  # noqa: BLE001 -- arming must not fail on a broken plugin
+        logger.log(level, "backend %s not loaded for the monitor: %s", name, exc)
 
 
 def load_kernel(ref: str) -> type:

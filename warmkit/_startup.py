@@ -120,11 +120,11 @@ def main(hook_file: str | None = None) -> None:
                 report.monitor,
             )
         elif record is not None:
-            from ._plugins import BACKENDS_GROUP, load_all
+            from ._plugins import load_every_backend
 
             mode = _envs.get("WARMKIT_MONITOR")
             start_recording(record)
-            load_all(BACKENDS_GROUP)  # a command that never imports warmkit: hook every backend
+            load_every_backend()  # a command that never imports warmkit: hook every backend
             monitor.arm("warn" if mode == "off" else mode)
     finally:
         if hook_file is not None:

@@ -288,7 +288,7 @@ def test_python_m_warmkit_list_json_and_exit_codes(manifest, tmp_path):
 def test_help_lists_exit_codes_and_every_argument_has_help():
     import argparse
 
-    from warmkit._cli import _parser
+    from warmkit._cli_args import make_parser
 
     def walk(parser):
         yield parser
@@ -297,7 +297,7 @@ def test_help_lists_exit_codes_and_every_argument_has_help():
                 for sub in action.choices.values():
                     yield from walk(sub)
 
-    for parser in walk(_parser()):
+    for parser in walk(make_parser()):
         assert "exit codes:" in parser.format_help() and "2  usage error" in parser.format_help()
         for action in parser._actions:
             if isinstance(action, argparse._SubParsersAction):

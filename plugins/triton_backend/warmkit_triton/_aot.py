@@ -45,6 +45,7 @@ __all__ = [
     "Target",
     "aot_driver",
     "check_aot_cache",
+    "describe_entry",
     "fingerprint",
     "parse_target",
     "relocate_cache_entry",
@@ -426,6 +427,38 @@ def write_entry_record(artifact: AotArtifact, target: Target) -> Path | None:
 
 #: The fields of a validity record that decide whether a runtime finds the entry.
 CHECKED_FIELDS = ("triton_version", "triton_key_sha256", "python", "ptxas", "env")
+
+
+def describe_entry(directory: str | os.PathLike[str]) -> dict[str, Any]:
+    """An entry's kernel, target, and why it is stale here (``warmkit cache info``).
+
+    Stale means the entry's warmkit AOT record says it was built by another
+    Triton wheel, CPython ABI, ptxas or cache-relevant environment than
+    this process has: Triton here would never look it up. An entry without
+    a record (Triton wrote it on its own) is named by its function and
+    never called stale, since nothing says what built it.
+    """
+    d = Path(directory)
+    groups = sorted(d.glob(api.GROUP_FILE_GLOB))
+    info: dict[str, Any] = {
+        "kernel": groups[0].name[len(api.GROUP_FILE_PREFIX) : -len(".json")] if groups else "?",
+        "target": None,
+        "stale": None,
+    }
+    try:
+        data = json.loads((d / AOT_RECORD).read_text())
+        recorded, target = data["validity"], data["target"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return info
+    info["kernel"], info["target"] = data.get("kernel", info["kernel"]), target
+    try:
+        here = _cached_record(parse_target(target))
+    except ValueError as exc:
+        return info | {"stale": f"unknown target {target!r} ({exc})"}
+    for field in CHECKED_FIELDS:
+        if recorded.get(field) != here.get(field):
+            return info | {"stale": f"{field} {recorded.get(field)!r}, here {here.get(field)!r}"}
+    return info
 
 
 def check_aot_cache(cache: str | os.PathLike[str] | None = None) -> list[str]:

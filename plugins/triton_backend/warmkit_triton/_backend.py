@@ -22,10 +22,8 @@ compile (``AsyncCompileMode`` dedupes by Triton's cache key).
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import contextvars
-import json
 import logging
 import os
 import threading
@@ -42,14 +40,12 @@ from warmkit import current_fleet
 from . import _autotune, _hooks, _tuned
 from . import _triton_api as api
 from ._aot import (
-    AOT_RECORD,
-    CHECKED_FIELDS,
     AotArtifact,
     AotDriver,
     Target,
-    _cached_record,
     aot_driver,
     cache_dir,
+    describe_entry,
     fingerprint,
     parse_target,
     relocate_cache_entry,
@@ -58,8 +54,10 @@ from ._aot import (
     write_entry_record,
 )
 from ._cache import (
+    complete_entry,
     custom_cache_manager,
     entry_dir,
+    entry_hash,
     record_entry,
     verify_cache_entry,
     verifying,
@@ -518,67 +516,16 @@ class TritonBackend:
         return Path(api.cache_entry_dir(cache_dir(), entry_key))
 
     def entry_files(self, entry_key: str) -> dict[str, Path] | None:
-        """The files of a complete local entry (as Triton's ``get_group`` decides), or None.
-
-        Complete means a ``__grp__*.json`` whose every listed file exists; the
-        warmkit AOT record is included when present.
-        """
-        directory = self.entry_dir(entry_key)
-        for grp in sorted(directory.glob(api.GROUP_FILE_GLOB)):
-            try:
-                children = api.group_children(grp)
-            except (OSError, ValueError):
-                continue
-            paths = {Path(p).name: Path(p) for p in children.values()}
-            if paths and all(p.is_file() for p in paths.values()):
-                files = {grp.name: grp, **paths}
-                record = directory / AOT_RECORD
-                if record.is_file():
-                    files[AOT_RECORD] = record
-                return files
-        return None
+        """The files of the complete local entry ``entry_key`` (``_cache.complete_entry``), or None."""
+        return complete_entry(self.entry_dir(entry_key))
 
     def entry_key_of(self, directory: str | os.PathLike[str]) -> str | None:
         """The hash of the entry in ``directory`` (the inverse of ``entry_dir``); None if not one."""
-        name = Path(directory).name
-        try:
-            digest = base64.b32decode(name + "=" * (-len(name) % 8)).hex()
-        except ValueError:
-            return None
-        return digest if len(digest) == 64 else None
+        return entry_hash(directory)
 
     def entry_info(self, directory: str | os.PathLike[str]) -> dict[str, Any]:
-        """What ``warmkit cache info`` shows of an entry: its kernel, target, and why it is stale.
-
-        Stale means the entry's warmkit AOT record says it was built by another
-        Triton wheel, CPython ABI, ptxas or cache-relevant environment than
-        this process has: Triton here would never look it up. An entry without
-        a record (Triton wrote it on its own) is named by its function and
-        never called stale, since nothing says what built it.
-        """
-        d = Path(directory)
-        groups = sorted(d.glob(api.GROUP_FILE_GLOB))
-        info: dict[str, Any] = {
-            "kernel": groups[0].name[len(api.GROUP_FILE_PREFIX) : -len(".json")] if groups else "?",
-            "target": None,
-            "stale": None,
-        }
-        try:
-            data = json.loads((d / AOT_RECORD).read_text())
-            recorded, target = data["validity"], data["target"]
-        except (OSError, ValueError, KeyError, TypeError):
-            return info
-        info["kernel"], info["target"] = data.get("kernel", info["kernel"]), target
-        try:
-            here = _cached_record(parse_target(target))
-        except ValueError as exc:
-            return info | {"stale": f"unknown target {target!r} ({exc})"}
-        for field in CHECKED_FIELDS:
-            if recorded.get(field) != here.get(field):
-                return info | {
-                    "stale": f"{field} {recorded.get(field)!r}, here {here.get(field)!r}"
-                }
-        return info
+        """What ``warmkit cache info`` shows of an entry: kernel, target, why stale (``_aot.describe_entry``)."""
+        return describe_entry(directory)
 
     # -- persistent cache (warmkit bundles) ---------------------------------------------------------
 

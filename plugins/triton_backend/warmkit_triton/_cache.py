@@ -15,6 +15,7 @@ warmkit then verifies nothing at lookup and says so at DEBUG level.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import logging
@@ -26,13 +27,52 @@ from pathlib import Path
 from warmkit._integrity import quarantine, verify_entry, write_record
 
 from . import _triton_api as api
+from ._aot import AOT_RECORD
 
-__all__ = ["entry_dir", "record_entry", "verify_cache_entry", "verifying"]
+__all__ = [
+    "complete_entry",
+    "entry_dir",
+    "entry_hash",
+    "record_entry",
+    "verify_cache_entry",
+    "verifying",
+]
 
 logger = logging.getLogger(__name__)
 
 
 entry_dir = api.cache_entry_dir
+
+
+def complete_entry(directory: Path) -> dict[str, Path] | None:
+    """The files of the complete entry in ``directory`` (as Triton's ``get_group`` decides), or None.
+
+    Complete means a ``__grp__*.json`` whose every listed file exists; the
+    warmkit AOT record is included when present.
+    """
+    for grp in sorted(directory.glob(api.GROUP_FILE_GLOB)):
+        try:
+            children = api.group_children(grp)
+        except (OSError, ValueError):
+            continue
+        paths = {Path(p).name: Path(p) for p in children.values()}
+        if paths and all(p.is_file() for p in paths.values()):
+            files = {grp.name: grp, **paths}
+            record = directory / AOT_RECORD
+            if record.is_file():
+                files[AOT_RECORD] = record
+            return files
+    return None
+
+
+def entry_hash(directory: str | os.PathLike[str]) -> str | None:
+    """The cache hash (hex sha256) an entry directory is named by (base32); None if not one."""
+    name = Path(directory).name
+    try:
+        digest = base64.b32decode(name + "=" * (-len(name) % 8)).hex()
+    except ValueError:
+        return None
+    return digest if len(digest) == 64 else None
 
 
 def verify_cache_entry(entry: str | os.PathLike[str]) -> list[str]:
