@@ -255,10 +255,10 @@ def _dispatch_cost(kernel: Any, typed: Any, x: Any, n: int, args: argparse.Names
 
     raw, raw_typed = _memo.raw_dispatch(type(kernel)), _memo.raw_dispatch(type(typed))
     key = kernel.dispatch(n=n)
-    by_id, executors = type(kernel)._warmkit_by_id, type(kernel).executors
+    lookup, executors = type(kernel).launch_lookup, type(kernel).executors
 
     def lookup_by_id() -> None:
-        seen = by_id.get(id(key))
+        seen = lookup(id(key))
         assert seen is not None and seen[0] is key
 
     cases = {

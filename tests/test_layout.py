@@ -28,3 +28,17 @@ def test_every_core_module_is_on_the_architecture_map():
         if p.name not in ("__init__.py", "__main__.py") and f"warmkit/{p.name}" not in text
     ]
     assert not missing, f"docs/architecture.md does not map {missing}"
+
+
+def test_no_plugin_reads_the_cores_private_attributes():
+    """Plugins use JitKernel's public accessors (executors, launch_lookup, launch_executor, ...)."""
+    import re
+
+    private = re.compile(r"\._warmkit_\w+|\b_warmkit_\w+\s*[(=]|getattr\([^)]*[\"']_warmkit_")
+    hits = [
+        f"{p.relative_to(ROOT)}:{i}: {line.strip()}"
+        for p in ROOT.glob("plugins/*/warmkit_*/**/*.py")
+        for i, line in enumerate(p.read_text().splitlines(), 1)
+        if private.search(line)
+    ]
+    assert not hits, "plugins read warmkit's private state:\n" + "\n".join(hits)

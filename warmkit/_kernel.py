@@ -21,7 +21,7 @@ import textwrap
 import threading
 import time
 import types
-from collections.abc import Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from typing import Any, ClassVar, Generic, TypeVar
 
 from . import _envs, _memo, monitor
@@ -36,6 +36,9 @@ __all__ = ["JitKernel"]
 logger = logging.getLogger(__name__)
 
 K = TypeVar("K", bound=Hashable)
+
+#: Keys per kernel class that ``launch_lookup`` remembers before it starts over.
+LAUNCH_LOOKUP_LIMIT = 1024
 
 
 class JitKernel(Generic[K]):
@@ -55,6 +58,11 @@ class JitKernel(Generic[K]):
         executors: read-only, live: key -> the executor compiled for this
             process's device. A backend's launch path may look a key up here
             first (one dict lookup) and call ``get_or_compile`` on a miss.
+        launch_lookup: ``launch_lookup(id(key)) -> (key, executor) | None``:
+            the executors of key *objects* launched before (a memoized
+            ``dispatch`` returns the same key object every time), so a launch
+            path skips hashing the key; check ``seen[0] is key``, and call
+            :meth:`launch_executor` on a miss, which fills it.
         memoize_dispatch: answer ``dispatch`` calls on plain inputs from a
             memo (``docs/kernel-contract.md``); None (default) = when its
             source uses ``self`` only as ``self.CompileKey``.
@@ -67,12 +75,14 @@ class JitKernel(Generic[K]):
 
     CompileKey: ClassVar[type]
     executors: ClassVar[Mapping[Any, Any]]
+    launch_lookup: ClassVar[Callable[[int], tuple[Any, Any] | None]] = {}.get
     _warmkit_dispatch_info: ClassVar[DispatchInfo]
     _warmkit_executors: ClassVar[dict[Any, Any]]
     _warmkit_target_executors: ClassVar[dict[tuple[str, Any], Any]]
     _warmkit_inflight: ClassVar[dict[Any, _Pending]]
     _warmkit_target_inflight: ClassVar[dict[tuple[str, Any], _Pending]]
     _warmkit_lock: ClassVar[threading.Lock]
+    _warmkit_by_id: ClassVar[dict[int, tuple[Any, Any]]]
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -89,7 +99,7 @@ class JitKernel(Generic[K]):
             raise KernelDefinitionError(cls, "defines CompileKey but no dispatch(self, *, ...)")
         _check_key(cls, key_cls)
         cls._warmkit_dispatch_info = _analyse_dispatch(cls)
-        _memo.install(cls, cls._warmkit_memo_types())
+        _memo.install(cls, cls.dispatch_memo_types())
         if cls.backend is None and cls.compile is JitKernel.compile:
             raise KernelDefinitionError(
                 cls,
@@ -98,6 +108,8 @@ class JitKernel(Generic[K]):
             )
         cls._warmkit_executors = {}
         cls.executors = types.MappingProxyType(cls._warmkit_executors)
+        cls._warmkit_by_id = {}
+        cls.launch_lookup = cls._warmkit_by_id.get  # a builtin: no binding, one call
         cls._warmkit_target_executors = {}
         cls._warmkit_inflight = {}
         cls._warmkit_target_inflight = {}
@@ -220,19 +232,45 @@ class JitKernel(Generic[K]):
         """
         return getattr(cls, "_warmkit_dispatch_info", None)
 
+    def launch_executor(self, key: K) -> Any:
+        """The device executor for a launch of ``key``: ``executors[key]``, else ``get_or_compile``.
+
+        It is remembered by the key object's identity for :attr:`launch_lookup`
+        (at most ``LAUNCH_LOOKUP_LIMIT`` keys: keys built fresh per call never
+        hit, so the table starts over rather than grow).
+
+        Raises:
+            warmkit.RuntimeCompileError: as ``get_or_compile``.
+        """
+        try:
+            executor = self.executors[key]
+        except (KeyError, AttributeError):
+            executor = self.get_or_compile(key)
+        by_id = type(self)._warmkit_by_id
+        if len(by_id) >= LAUNCH_LOOKUP_LIMIT:
+            by_id.clear()
+        by_id[id(key)] = (key, executor)  # the entry keeps key alive: its id stays unique
+        return executor
+
+    @classmethod
+    def dispatch_memo_types(cls) -> frozenset[type]:
+        """Exact input types, beyond plain scalars, that a ``dispatch`` memo may key on.
+
+        A backend's kernel base overrides it for its DSL's immutable value
+        types (``TritonKernel``: ``torch.dtype``). Called when each kernel class
+        is defined. Default: none.
+        """
+        return frozenset()
+
     @classmethod
     def clear_executors(cls) -> None:
         """Drop every cached executor of this kernel, as a new process would start (tests, benchmarks)."""
         with cls._warmkit_lock:
             cls._warmkit_executors.clear()
             cls._warmkit_target_executors.clear()
+            cls._warmkit_by_id.clear()
 
     # -- internals shared with warmkit.warmup ------------------------------------------
-
-    @classmethod
-    def _warmkit_memo_types(cls) -> frozenset[type]:
-        """Exact types, beyond plain scalars, that are immutable values a dispatch memo may key on."""
-        return frozenset()
 
     @classmethod
     def _concrete(cls) -> type[JitKernel[Any]]:

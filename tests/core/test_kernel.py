@@ -600,3 +600,68 @@ def test_kernel_warmup_where_filters_points():
 def test_jit_kernel_is_generic_in_its_key():
     assert JitKernel[int] is not None
     assert typing.get_origin(JitKernel[int]) is JitKernel
+
+
+def test_launch_lookup_finds_a_launched_key_object_by_identity_and_is_cleared():
+    PyKernel.clear_executors()
+    kernel = PyKernel()
+    key = kernel.dispatch(n=7)
+    assert PyKernel.launch_lookup(id(key)) is None
+    executor = kernel.launch_executor(key)
+    assert executor.key == key and kernel.executors[key] is executor
+    seen = PyKernel.launch_lookup(id(key))
+    assert seen is not None and seen[0] is key and seen[1] is executor
+    equal = PyKernel.CompileKey(n=7, flag=False)  # equal, another object: not by identity
+    assert PyKernel.launch_lookup(id(equal)) is None
+    assert kernel.launch_executor(equal) is executor  # found by hash, not compiled again
+    assert OtherKernel.launch_lookup(id(key)) is None  # per class
+    PyKernel.clear_executors()
+    assert PyKernel.launch_lookup(id(key)) is None
+
+
+def test_launch_lookup_stays_bounded():
+    PyKernel.clear_executors()
+    kernel = PyKernel()
+    keys = [
+        PyKernel.CompileKey(n=i % 3, flag=False)
+        for i in range(kernel_module.LAUNCH_LOOKUP_LIMIT + 5)
+    ]
+    for key in keys:
+        kernel.launch_executor(key)
+    assert PyKernel.launch_lookup(id(keys[0])) is None  # started over
+    assert PyKernel.launch_lookup(id(keys[-1]))[0] is keys[-1]
+    PyKernel.clear_executors()
+
+
+def test_an_abstract_base_launch_names_the_fix():
+    class Base(JitKernel):
+        backend = "triton"
+
+    assert Base.launch_lookup(123) is None
+    with pytest.raises(TypeError, match="abstract kernel base"):
+        Base().launch_executor(1)
+
+
+def test_dispatch_memo_types_is_the_overridable_hook():
+    assert JitKernel.dispatch_memo_types() == frozenset()
+
+    class Token:  # an immutable value type a DSL would declare
+        pass
+
+    class Base(JitKernel):
+        @classmethod
+        def dispatch_memo_types(cls):
+            return frozenset({Token})
+
+    class K(Base):
+        backend = "triton"
+
+        @attrs.frozen
+        class CompileKey:
+            t: object
+
+        def dispatch(self, *, t):
+            return self.CompileKey(t)
+
+    tok = Token()
+    assert K().dispatch(t=tok) is K().dispatch(t=tok)  # memoized on the declared type

@@ -62,9 +62,6 @@ logger = logging.getLogger(__name__)
 K = TypeVar("K")
 
 
-_BY_ID_LIMIT = 1024
-
-
 class SpecializationMismatchError(RuntimeError):
     """A launch's arguments specialize differently from the variant its key names.
 
@@ -120,16 +117,10 @@ class TritonKernel(JitKernel[K]):
     backend: ClassVar[str | None] = "triton"
     fn: ClassVar[Any]
     verify_launches: ClassVar[bool] = False
-    #: id(key) -> (key, executor) for keys ``run`` has seen: a memoized ``dispatch``
-    #: returns the same key object every time, so a launch skips hashing the key.
-    _warmkit_by_id: ClassVar[dict[int, tuple[Any, Any]]]
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        concrete = cls.dispatch_info() is not None
-        if concrete:
-            cls._warmkit_by_id = {}
-        if not concrete or cls.compile is not TritonKernel.compile:
+        if cls.dispatch_info() is None or cls.compile is not TritonKernel.compile:
             return
         fn = getattr(cls, "fn", None)
         if fn is None:
@@ -215,36 +206,18 @@ class TritonKernel(JitKernel[K]):
                 monitor is in ``"error"`` mode.
             TypeError: the arguments do not match ``fn``'s parameters.
         """
-        try:  # the hot path: the key object seen before, no hash, no call into get_or_compile
-            seen = self._warmkit_by_id.get(id(key))
-        except AttributeError:
-            seen = None
-        if seen is not None and seen[0] is key:  # the entry keeps key alive: its id is unique
+        # the hot path: the key object launched before (JitKernel.launch_lookup), no hash
+        seen = self.launch_lookup(id(key))
+        if seen is not None and seen[0] is key:
             return seen[1](grid, *args, **kwargs)
-        try:
-            executor = self.executors[key]
-        except (KeyError, AttributeError):
-            executor = self.get_or_compile(key)
-        by_id = getattr(self, "_warmkit_by_id", None)
-        if by_id is not None:
-            if len(by_id) >= _BY_ID_LIMIT:  # keys built fresh per call never hit: stay bounded
-                by_id.clear()
-            by_id[id(key)] = (key, executor)
-        return executor(grid, *args, **kwargs)
+        return self.launch_executor(key)(grid, *args, **kwargs)
 
     @classmethod
-    def _warmkit_memo_types(cls) -> frozenset[type]:
+    def dispatch_memo_types(cls) -> frozenset[type]:
         """``torch.dtype`` (an immutable singleton) is a plain dispatch input too."""
         torch = sys.modules.get("torch")
         dtype = getattr(torch, "dtype", None)
         return frozenset({dtype}) if isinstance(dtype, type) else frozenset()
-
-    @classmethod
-    def clear_executors(cls) -> None:
-        super().clear_executors()
-        by_id = cls.__dict__.get("_warmkit_by_id")
-        if by_id is not None:
-            by_id.clear()
 
     def function_for(self, key: K) -> Any:
         """The ``@triton.jit`` function (or autotune/heuristics stack) that compiles ``key``: ``fn``.
