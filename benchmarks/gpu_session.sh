@@ -2,7 +2,10 @@
 # Everything that needs the H200, in one call of the device tool (docs/benchmarks.md).
 #
 # Here, first:   .venv/bin/pip wheel -q --no-deps -w .whl . plugins/triton_backend plugins/blocktable
-#                (plus stevedore's wheel in .whl/, which the GPU machine lacks, and for B11's
+#                (plus stevedore's and jsonschema-rs's wheels in .whl/, which the GPU machine lacks:
+#                .venv/bin/pip download -q --no-deps --only-binary=:all: --python-version 3.12
+#                --platform manylinux_2_17_x86_64 -d .whl jsonschema-rs  (abi3; without it manifests
+#                are validated by jsonschema alone, ~300 us per registration); and for B11's
 #                third-party autotuned kernel: pip download --no-deps -d .whl fla-core==0.6.0 einops,
 #                and for B9's raw kernels: pip download --no-deps -d .whl liger-kernel==0.8.5;
 #                for B9 fleet: .venv/bin/pip wheel -q --no-deps -w .whl redis, and a redis-server:
