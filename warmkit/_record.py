@@ -63,8 +63,13 @@ _lock = threading.Lock()
 _active: Recorder | None = None
 
 
+# One encoder, not json.dumps(..., sort_keys=True): with options, dumps builds an encoder
+# per call, a third of the cost of reading a recorded entry.
+_encode_canonical = json.JSONEncoder(sort_keys=True, separators=(",", ":"), allow_nan=False).encode
+
+
 def _canonical(data: Any) -> str:
-    return json.dumps(data, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return _encode_canonical(data)
 
 
 # A recording repeats a few kernels, backends and targets over thousands of entries.
