@@ -150,32 +150,25 @@ def unwrap(fn: Any) -> Stack | None:
             layers.append(("heuristics", *api.heuristic_values(obj)))
     names = list(jit.arg_names)
     provided: dict[str, str] = {}
+
+    def provide(name: str, by: str, what: str) -> None:
+        if name not in names:
+            raise TypeError(
+                f"{what} sets {name!r}, which is not a parameter of "
+                f"{jit.__name__}({', '.join(names)})"
+            )
+        if provided.get(name, by) != by:
+            raise TypeError(f"{name!r} is set by both a @triton.heuristics and an autotune config")
+        provided[name] = by
+
     for layer in reversed(layers):  # innermost first, so an outer layer's clash names both
         if layer[0] == "autotune":
             for i, cfg in enumerate(layer[1].configs):
                 for name in cfg.kwargs:
-                    if name not in names:
-                        raise TypeError(
-                            f"autotune config {i} ({cfg}) sets {name!r}, which is not a parameter "
-                            f"of {jit.__name__}({', '.join(names)})"
-                        )
-                    if provided.get(name) == "heuristic":
-                        raise TypeError(
-                            f"{name!r} is set by both a @triton.heuristics and an autotune config"
-                        )
-                    provided[name] = "autotune config"
+                    provide(name, "autotune config", f"autotune config {i} ({cfg})")
         else:
             for name in layer[1]:
-                if name not in names:
-                    raise TypeError(
-                        f"@triton.heuristics sets {name!r}, which is not a parameter of "
-                        f"{jit.__name__}({', '.join(names)})"
-                    )
-                if provided.get(name) == "autotune config":
-                    raise TypeError(
-                        f"{name!r} is set by both a @triton.heuristics and an autotune config"
-                    )
-                provided[name] = "heuristic"
+                provide(name, "heuristic", "@triton.heuristics")
     tuner = next((layer[1] for layer in layers if layer[0] == "autotune"), None)
     stack = Stack(fn, jit, tuple(layers), tuners[0] if tuners else None, tuner, provided)
     with _stacks_lock:
