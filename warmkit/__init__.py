@@ -27,6 +27,7 @@ from ._backend import (
     TuningPlan,
     current_target,
 )
+from ._dsl import FunctionKernel, MethodHooks
 from ._envs import EnvVar
 from ._exceptions import (
     BackendNotImplementedError,
@@ -84,10 +85,12 @@ __all__ = [
     "Executor",
     "Fleet",
     "FleetCapable",
+    "FunctionKernel",
     "IntRange",
     "JitKernel",
     "KernelDefinitionError",
     "ManifestError",
+    "MethodHooks",
     "MonitorHooks",
     "PluginFailure",
     "PluginLoadError",

@@ -18,12 +18,13 @@ warmkit's own compiles (``warmkit.monitor.in_managed_compile()``) are not report
 from __future__ import annotations
 
 import contextvars
-import functools
 import logging
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
+
+from warmkit import MethodHooks
 
 from . import _cute_api as api
 
@@ -34,7 +35,6 @@ logger = logging.getLogger(__name__)
 BACKEND = "cutedsl"
 
 _lock = threading.RLock()
-_wrappers: list[_Wrapper] = []
 _inside: contextvars.ContextVar[bool] = contextvars.ContextVar("warmkit_cute_inside", default=False)
 
 
@@ -44,34 +44,8 @@ def _monitor() -> Any:
     return monitor
 
 
-class _Wrapper:
-    """A chained replacement of ``owner.attr``; inactive = pure pass-through."""
-
-    def __init__(self, owner: type, attr: str, body: Callable[..., Any]) -> None:
-        self.owner, self.attr = owner, attr
-        self.had_own = attr in owner.__dict__
-        self.previous = owner.__dict__.get(attr, getattr(owner, attr))
-        self.active = True
-        previous = self.previous
-
-        @functools.wraps(previous)
-        def method(inner_self: Any, *args: Any, **kwargs: Any) -> Any:
-            if not self.active or _monitor().in_managed_compile():
-                return previous(inner_self, *args, **kwargs)
-            return body(previous, inner_self, *args, **kwargs)
-
-        method.__warmkit_wrapper__ = self  # type: ignore[attr-defined]
-        self.method = method
-        setattr(owner, attr, method)
-
-    def remove(self) -> None:
-        if self.owner.__dict__.get(self.attr) is self.method:
-            if self.had_own:
-                setattr(self.owner, self.attr, self.previous)
-            else:
-                delattr(self.owner, self.attr)
-        else:
-            self.active = False
+# warmkit's own compiles pass straight through (warmkit.MethodHooks: chained, restorable)
+_hooks = MethodHooks("CuTe DSL runtime hooks", passthrough=lambda: _monitor().in_managed_compile())
 
 
 def _name(fn: Any) -> str:
@@ -119,27 +93,21 @@ def _backend_compile(
 def install() -> None:
     """Start reporting runtime CuTe compiles to ``warmkit.monitor`` (idempotent)."""
     with _lock:
-        if _wrappers and all(w.owner.__dict__.get(w.attr) is w.method for w in _wrappers):
-            return
-        _uninstall_locked()
-        for (owner, attr), body in (
-            (api.compile_hook_point(), _compile_call),
-            (api.backend_compile_hook_point(), _backend_compile),
-        ):
-            _wrappers.append(_Wrapper(owner, attr, body))
-
-
-def _uninstall_locked() -> None:
-    while _wrappers:
-        _wrappers.pop().remove()
+        _hooks.install(
+            (
+                (api.compile_hook_point(), _compile_call),
+                (api.backend_compile_hook_point(), _backend_compile),
+            )
+        )
 
 
 def uninstall() -> None:
     """Stop reporting; restore exactly the methods that were there before (idempotent)."""
     with _lock:
-        _uninstall_locked()
+        _hooks.uninstall()
 
 
 def installed() -> bool:
+    """Whether warmkit's wrappers are the methods installed right now."""
     with _lock:
-        return bool(_wrappers) and all(w.owner.__dict__.get(w.attr) is w.method for w in _wrappers)
+        return _hooks.installed()

@@ -10,15 +10,13 @@ export (a TVM-FFI function taking torch tensors) directly.
 
 from __future__ import annotations
 
-import importlib
 import logging
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 import attrs
 
-from warmkit import JitKernel, KernelDefinitionError
+from warmkit import FunctionKernel
 
 __all__ = ["CuteArtifact", "CuteDSLKernel", "CuteExecutor", "FakeTensor"]
 
@@ -68,72 +66,16 @@ class CuteArtifact:
     cache_hit: bool
 
 
-class CuteDSLKernel(JitKernel[K]):
-    """A warmkit kernel wrapper around one ``@cute.jit`` function.
+class CuteDSLKernel(FunctionKernel[K]):
+    """A warmkit kernel wrapper around one ``@cute.jit`` function (a ``warmkit.FunctionKernel``).
 
-    Besides ``CompileKey`` and ``dispatch``, a subclass provides ``fn`` and
-    ``compile_args(key) -> tuple`` (positional arguments of ``fn`` with
-    :class:`FakeTensor` for tensors). ``prime`` (default True): launch once on
-    zero-filled scratch tensors during device warmup, so the module is loaded.
+    Besides ``CompileKey`` and ``dispatch``, a subclass provides ``fn`` (or
+    ``"module:attr"``) and ``compile_args(key) -> tuple`` (positional
+    arguments of ``fn`` with :class:`FakeTensor` for tensors). ``prime``
+    (default True): launch once on zero-filled scratch tensors during device
+    warmup, so the module is loaded. ``run(key, *args)`` is one dict lookup
+    and the loaded TVM-FFI function.
     """
 
     backend: ClassVar[str | None] = "cutedsl"
-    fn: ClassVar[Any]
-    prime: ClassVar[bool] = True
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        if cls.dispatch_info() is None or cls.compile is not JitKernel.compile:
-            return
-        fn = getattr(cls, "fn", None)
-        if fn is None:
-            raise KernelDefinitionError(
-                cls, "is a CuteDSLKernel without fn: set fn = <@cute.jit function>"
-            )
-        if isinstance(fn, str) and ":" not in fn:
-            raise KernelDefinitionError(
-                cls, f"fn {fn!r} must be a @cute.jit function or 'module:attr'"
-            )
-        if cls.compile_args is CuteDSLKernel.compile_args:
-            raise KernelDefinitionError(cls, "must define compile_args(self, key) -> tuple")
-
-    @classmethod
-    def jit_function(cls) -> Any:
-        """``fn``, imported if it was given as ``"module:attr"``.
-
-        Raises:
-            LookupError: the path does not resolve.
-        """
-        fn = cls.fn
-        if isinstance(fn, str):
-            module, _, attr = fn.partition(":")
-            try:
-                obj: Any = importlib.import_module(module)
-                for part in attr.split("."):
-                    obj = getattr(obj, part)
-            except (ImportError, AttributeError) as exc:
-                raise LookupError(
-                    f"kernel {cls.name!r}: fn {fn!r} does not resolve ({exc})"
-                ) from exc
-            cls.fn = fn = obj
-        return fn
-
-    def compile_args(self, key: K) -> Sequence[Any]:
-        """Positional arguments of ``fn`` for ``key``'s variant (``FakeTensor`` for tensors)."""
-        raise NotImplementedError(f"{type(self).__qualname__} must define compile_args(self, key)")
-
-    def run(self, key: K, *args: Any) -> Any:
-        """Launch ``key``'s variant (one dict lookup, then the loaded TVM-FFI function).
-
-        Raises:
-            warmkit.RuntimeCompileError: not warmed up, monitor in ``"error"`` mode.
-        """
-        try:
-            executor = self.executors[key]
-        except KeyError:
-            executor = self.get_or_compile(key)
-        return executor.launch(*args)
-
-    def __call__(self, *args: Any, **inputs: Any) -> Any:
-        """Run ``dispatch(**inputs)``'s variant on ``args``."""
-        return self.run(self.dispatch(**inputs), *args)
+    fn_kind: ClassVar[str] = "@cute.jit function"

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import functools
 import logging
 import threading
 import time
@@ -32,6 +31,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import attrs
+
+from warmkit import MethodHooks
 
 from . import _tilelang_api as api
 
@@ -44,7 +45,7 @@ BACKEND = "tilelang"
 _lock = threading.RLock()
 _reporting = False
 _probes = 0
-_wrappers: list[_Wrapper] = []
+_hooks = MethodHooks("TileLang runtime hooks")  # warmkit.MethodHooks: chained, restorable
 
 
 @attrs.define
@@ -85,42 +86,6 @@ def _monitor() -> Any:
 
 def _watching() -> bool:
     return _reporting and not _monitor().in_managed_compile()
-
-
-class _Wrapper:
-    """A chained replacement of ``owner.attr``; inactive = pure pass-through."""
-
-    def __init__(self, owner: type, attr: str, body: Callable[..., Any]) -> None:
-        self.owner = owner
-        self.attr = attr
-        self.had_own = attr in owner.__dict__
-        self.previous = owner.__dict__.get(attr, getattr(owner, attr))
-        self.active = True
-        previous = self.previous
-
-        @functools.wraps(previous)
-        def method(inner_self: Any, *args: Any, **kwargs: Any) -> Any:
-            if not self.active:
-                return previous(inner_self, *args, **kwargs)
-            return body(previous, inner_self, *args, **kwargs)
-
-        method.__warmkit_wrapper__ = self  # type: ignore[attr-defined]
-        self.method = method
-        setattr(owner, attr, method)
-
-    def remove(self) -> None:
-        if self.owner.__dict__.get(self.attr) is self.method:
-            if self.had_own:
-                setattr(self.owner, self.attr, self.previous)
-            else:
-                delattr(self.owner, self.attr)
-        else:
-            self.active = False  # someone wrapped on top of ours: stay in their chain
-            logger.debug(
-                "%s.%s was wrapped on top of warmkit's; leaving ours as a pass-through",
-                self.owner.__qualname__,
-                self.attr,
-            )
 
 
 # -- the wrapped methods ----------------------------------------------------------------------
@@ -195,22 +160,17 @@ def _announce(call: _Call, key: str | None) -> None:
 
 
 def _install_locked() -> None:
-    points = (
-        (api.jit_compile_hook_point(), _jit_compile),
-        (api.kernel_cache_hook_point(), _cached),
-        (api.disk_load_hook_point(), _load_from_disk),
+    _hooks.install(
+        (
+            (api.jit_compile_hook_point(), _jit_compile),
+            (api.kernel_cache_hook_point(), _cached),
+            (api.disk_load_hook_point(), _load_from_disk),
+        )
     )
-    if _wrappers and all(w.owner.__dict__.get(w.attr) is w.method for w in _wrappers):
-        return
-    _uninstall_locked()
-    for (owner, attr), body in points:
-        _wrappers.append(_Wrapper(owner, attr, body))
 
 
 def _uninstall_locked() -> None:
-    # Innermost last: restore in the reverse order of installation.
-    while _wrappers:
-        _wrappers.pop().remove()
+    _hooks.uninstall()
 
 
 def install() -> None:
@@ -235,7 +195,7 @@ def uninstall() -> None:
 def installed() -> bool:
     """Whether warmkit's wrappers are the methods installed right now."""
     with _lock:
-        return bool(_wrappers) and all(w.owner.__dict__.get(w.attr) is w.method for w in _wrappers)
+        return _hooks.installed()
 
 
 @contextlib.contextmanager

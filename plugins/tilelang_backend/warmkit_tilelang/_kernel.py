@@ -36,7 +36,6 @@ Example::
 
 from __future__ import annotations
 
-import importlib
 import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -44,7 +43,7 @@ from typing import Any, ClassVar, TypeVar
 
 import attrs
 
-from warmkit import JitKernel, KernelDefinitionError
+from warmkit import FunctionKernel
 
 from . import _tilelang_api as api
 
@@ -120,16 +119,16 @@ class TileLangArtifact:
     cache_hit: bool
 
 
-class TileLangKernel(JitKernel[K]):
-    """A warmkit kernel wrapper around one ``@tilelang.jit`` function.
+class TileLangKernel(FunctionKernel[K]):
+    """A warmkit kernel wrapper around one ``@tilelang.jit`` function (a ``warmkit.FunctionKernel``).
 
     A subclass provides, besides ``CompileKey`` and ``dispatch``:
 
     * ``fn``: the ``@tilelang.jit`` function, or ``"module:attr"`` naming it
-      (imported on first compile);
+      (imported on first compile, ``jit_function()``);
     * ``compile_args(key) -> (args, kwargs)``: the arguments of the ``fn``
       call that elaborates ``key``'s variant (plain values: sizes, block
-      shapes, dtype names);
+      shapes, dtype names); the same every time for one key;
     * optionally ``prime_args(key)``: :class:`TensorSpec`\\ s of one launch's
       inputs, for kernels whose input shapes are not static; by default they
       are read from the compiled kernel's parameters.
@@ -137,9 +136,9 @@ class TileLangKernel(JitKernel[K]):
     Device warmup compiles (or loads from TileLang's disk cache), fills
     ``fn``'s own in-process cache, so that raw ``fn(*args)`` calls hit too,
     and launches once on scratch inputs, so that the first real call loads
-    nothing. ``__call__(*tensors, **inputs)`` runs ``dispatch(**inputs)``'s
-    variant; subclasses usually override it to derive the inputs from the
-    tensors.
+    nothing. ``run(key, *tensors)`` is one dict lookup and the launcher;
+    ``__call__(*tensors, **inputs)`` runs ``dispatch(**inputs)``'s variant;
+    subclasses usually override it to derive the inputs from the tensors.
 
     Class attributes:
         backend: ``"tilelang"``.
@@ -148,82 +147,9 @@ class TileLangKernel(JitKernel[K]):
     """
 
     backend: ClassVar[str | None] = "tilelang"
-    fn: ClassVar[Any]
-    prime: ClassVar[bool] = True
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        if cls.dispatch_info() is None or cls.compile is not JitKernel.compile:
-            return
-        fn = getattr(cls, "fn", None)
-        if fn is None:
-            raise KernelDefinitionError(
-                cls, "is a TileLangKernel without fn: set fn = <your @tilelang.jit function>"
-            )
-        if isinstance(fn, str):
-            if ":" not in fn:
-                raise KernelDefinitionError(
-                    cls, f"fn {fn!r} must be a @tilelang.jit function or a 'module:attr' path"
-                )
-        elif not api.is_jit_function(fn):
-            raise KernelDefinitionError(
-                cls, f"fn must be a @tilelang.jit function, got {type(fn).__name__} {fn!r}"
-            )
-        if cls.compile_args is TileLangKernel.compile_args:
-            raise KernelDefinitionError(
-                cls, "must define compile_args(self, key) -> (args, kwargs)"
-            )
-
-    @classmethod
-    def jit_function(cls) -> Any:
-        """``fn``, imported if it was given as ``"module:attr"``.
-
-        Raises:
-            LookupError: the path does not resolve; TypeError: it is not a ``@tilelang.jit`` function.
-        """
-        fn = cls.fn
-        if isinstance(fn, str):
-            module, _, attr = fn.partition(":")
-            try:
-                obj: Any = importlib.import_module(module)
-                for part in attr.split("."):
-                    obj = getattr(obj, part)
-            except (ImportError, AttributeError) as exc:
-                raise LookupError(
-                    f"kernel {cls.name!r}: fn {fn!r} does not resolve ({exc})"
-                ) from exc
-            if not api.is_jit_function(obj):
-                raise TypeError(f"kernel {cls.name!r}: fn {fn!r} is not a @tilelang.jit function")
-            cls.fn = fn = obj
-        return fn
-
-    def compile_args(self, key: K) -> tuple[Sequence[Any], Mapping[str, Any]]:
-        """The arguments of the ``fn`` call that elaborates ``key``'s variant.
-
-        Returns:
-            ``(args, kwargs)`` for ``fn``; the same every time for one key.
-        """
-        raise NotImplementedError(f"{type(self).__qualname__} must define compile_args(self, key)")
+    fn_kind: ClassVar[str] = "@tilelang.jit function"
+    fn_check = staticmethod(api.is_jit_function)
 
     def prime_args(self, key: K) -> Sequence[TensorSpec] | None:
         """Descriptors of one launch's inputs for the priming launch; None = from the compiled kernel."""
         return None
-
-    def run(self, key: K, *args: Any) -> Any:
-        """Launch ``key``'s variant on ``args`` and return its outputs.
-
-        After warmup this is one dict lookup and the kernel's launcher.
-
-        Raises:
-            warmkit.RuntimeCompileError: the key was not warmed up and the
-                monitor is in ``"error"`` mode.
-        """
-        try:  # the hot path: no call into get_or_compile
-            executor = self.executors[key]
-        except (KeyError, AttributeError):
-            executor = self.get_or_compile(key)
-        return executor.launch(*args)
-
-    def __call__(self, *args: Any, **inputs: Any) -> Any:
-        """Run ``dispatch(**inputs)``'s variant on the tensors ``args``."""
-        return self.run(self.dispatch(**inputs), *args)
