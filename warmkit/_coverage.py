@@ -34,8 +34,13 @@ logger = logging.getLogger(__name__)
 
 def _ident(entry: RecordedEntry) -> str:
     spec = entry.spec
-    if entry.kind == "raw":
-        body: Any = {"args": spec.get("args"), "options": spec.get("options")}
+    tuned = spec.get("autotune") if entry.kind == "raw" else None
+    if isinstance(tuned, dict):
+        # A recorded autotune covers its own autotune key on its own GPU model, whatever the
+        # winner (timings are noisy): without them every such entry of a kernel would match.
+        body: Any = {"autotune": [tuned.get("key"), tuned.get("gpu")]}
+    elif entry.kind == "raw":
+        body = {"args": spec.get("args"), "options": spec.get("options")}
     else:
         body = spec.get("key")
     return json.dumps([entry.backend, entry.kind, entry.kernel, body], sort_keys=True)

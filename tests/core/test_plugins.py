@@ -10,7 +10,7 @@ import pytest
 import warmkit
 from warmkit import BackendUnavailableError, PluginLoadError, WarmupRegistry
 from warmkit import _plugins as plugins
-from warmkit.testing import unload_backend
+from warmkit.testing import isolated_backends, unload_backend
 
 from . import _kernels
 
@@ -147,8 +147,10 @@ def test_missing_backend_names_kernel_backend_and_install_hint():
 
 def test_known_backend_names_have_a_pip_install_hint(monkeypatch):
     monkeypatch.setattr(plugins, "_find", lambda group, name: None)
-    with pytest.raises(BackendUnavailableError, match="pip install warmkit-triton"):
-        plugins.get_backend("triton", kernel="k")
+    with isolated_backends():
+        unload_backend("triton")  # loaded by an earlier test in this process, if any
+        with pytest.raises(BackendUnavailableError, match="pip install warmkit-triton"):
+            plugins.get_backend("triton", kernel="k")
 
 
 # -- failures ------------------------------------------------------------------------------

@@ -119,3 +119,27 @@ def test_declared_space_widened_to_the_missed_variants_covers_them(
     assert report.covered == 3
     (missed,) = report.missed
     assert missed.variants == ("unaligned tensor: x is not 16-byte aligned (declared aligned)",)
+
+
+def test_a_recorded_autotune_covers_only_its_own_autotune_key_and_gpu_model() -> None:
+    def tuned(key: int, gpu: str, block: int) -> warmkit.RecordedEntry:
+        winner = {"kwargs": {"BLOCK": block}, "num_warps": 4}
+        return warmkit.RecordedEntry.make(
+            backend="triton",
+            kind="raw",
+            kernel="_autotune_kernels:raw_tuned_add",
+            name="_autotune_kernels.raw_tuned_add",
+            spec={"autotune": {"key": {"tuple": [key]}, "winner": winner, "gpu": gpu}},
+            target="cuda:90",
+        )
+
+    deploy = warmkit.WarmupRegistry()
+    deploy.add_recorded(tuned(300, "NVIDIA H200", 64))
+    report = coverage(deploy, [tuned(300, "NVIDIA H200", 128), tuned(301, "NVIDIA H200", 64),
+                               tuned(300, "NVIDIA H100", 64)])  # fmt: skip
+    assert report.covered == 1  # another winner for the same key and GPU is still covered
+    missed = sorted(
+        (m.entry.spec["autotune"]["key"]["tuple"][0], m.entry.spec["autotune"]["gpu"])
+        for m in report.missed
+    )
+    assert missed == [(300, "NVIDIA H100"), (301, "NVIDIA H200")]
