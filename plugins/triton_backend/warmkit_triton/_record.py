@@ -336,7 +336,8 @@ def spec_from_call(
 def describe_spec(spec: Mapping[str, Any]) -> str:
     """A readable one-line form: ``x:*fp16, n:i32[div16], BLOCK=1024 | num_warps=4``.
 
-    A recorded autotune reads ``autotune key (1024, 'torch.float32') -> BLOCK=256 | num_warps=4``.
+    A recorded autotune reads
+    ``autotune key (1024, 'torch.float32') -> BLOCK=256 | num_warps=4, num_stages=3 on NVIDIA H200``.
     """
     tuned = spec.get("autotune")
     if tuned is not None:

@@ -385,9 +385,9 @@ def find_result(
 ) -> tuple[int, dict[str, Any]] | None:
     """The stored winner index and result body for ``rid``: from ``directory``, ``lookup_dirs``, the fleet store.
 
-    A result found outside ``directory`` is copied into it (unless the fleet is
-    read-only), so a bundle built from ``directory`` carries it and the next
-    start finds it locally.
+    A result found outside ``directory`` is copied into it (one fetched from
+    the store only when the fleet is not read-only), so a bundle built from
+    ``directory`` carries it and the next start finds it locally.
     """
     for base in [str(directory), *reversed(lookup_dirs)]:
         path = Path(base) / rid.entry() / RESULT_FILE
