@@ -446,6 +446,28 @@ class Simulator:
 # -- the runner -------------------------------------------------------------------------------------
 
 
+def run_steps(sim: Simulator, steps: int) -> tuple[str | None, float, list[Any]]:
+    """Run ``steps`` steps, then disarm the monitor: ``(error or None, seconds, runtime events)``.
+
+    A compile the monitor refuses and a failed slot-mapping check end the run
+    early as the error; the events are those the monitor saw during the run.
+    """
+    events_before = len(warmkit.monitor.events())
+    error: str | None = None
+    t0 = time.perf_counter()
+    try:
+        for i in range(steps):
+            sim.step(i)
+    except warmkit.RuntimeCompileError as exc:
+        error = f"runtime compile refused by the monitor: {exc}"
+    except AssertionError as exc:
+        error = f"slot-mapping check failed: {exc}"
+    seconds = time.perf_counter() - t0
+    events = warmkit.monitor.events()[events_before:]
+    warmkit.monitor.disarm()
+    return error, seconds, events
+
+
 def _multi_group(groups: tuple[Group, ...], **common: Any) -> MultiGroupBlockTable:
     return MultiGroupBlockTable(
         block_sizes=[g.block_size for g in groups],

@@ -37,12 +37,19 @@ import json
 import logging
 import os
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import torch
-from engine import Simulator, build_tables, describe_key, load_engine, percentile_ms, warmup_config
+from engine import (
+    Simulator,
+    build_tables,
+    describe_key,
+    load_engine,
+    percentile_ms,
+    run_steps,
+    warmup_config,
+)
 from warmkit_blocktable import ComputeSlotMappingKernel, SlotMappingMode
 
 import warmkit
@@ -174,20 +181,8 @@ def main(argv: list[str] | None = None) -> int:
         print(report.table(), flush=True)
 
     # 4. Serve.
-    events_before = len(warmkit.monitor.events())
     sim = Simulator(engine, tables, device, np.random.default_rng(seed))
-    error: str | None = None
-    t0 = time.perf_counter()
-    try:
-        for i in range(steps):
-            sim.step(i)
-    except warmkit.RuntimeCompileError as exc:
-        error = f"runtime compile refused by the monitor: {exc}"
-    except AssertionError as exc:
-        error = f"slot-mapping check failed: {exc}"
-    serve_s = time.perf_counter() - t0
-    runtime_events = warmkit.monitor.events()[events_before:]
-    warmkit.monitor.disarm()
+    error, serve_s, runtime_events = run_steps(sim, steps)
 
     # 5. Summary.
     s = sim.stats

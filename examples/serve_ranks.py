@@ -66,7 +66,15 @@ import attrs
 import numpy as np
 import torch
 import torch.multiprocessing as mp
-from engine import Simulator, build_tables, describe_key, load_engine, percentile_ms, warmup_config
+from engine import (
+    Simulator,
+    build_tables,
+    describe_key,
+    load_engine,
+    percentile_ms,
+    run_steps,
+    warmup_config,
+)
 from torch.multiprocessing.spawn import ProcessException
 from warmkit_blocktable import PAD_SLOT_ID, ComputeSlotMappingKernel
 
@@ -153,20 +161,8 @@ def rank_main(rank: int, spec: dict[str, Any], barrier: Any) -> None:
     report = warmkit.warmup(config, registry=registry)
     warmed = time.time()
 
-    events_before = len(warmkit.monitor.events())
     sim = RankSimulator(engine, tables, device, np.random.default_rng(spec["seed"]))
-    error = None
-    t0 = time.perf_counter()
-    try:
-        for i in range(spec["steps"]):
-            sim.step(i)
-    except warmkit.RuntimeCompileError as exc:
-        error = f"runtime compile refused by the monitor: {exc}"
-    except AssertionError as exc:
-        error = f"slot-mapping check failed: {exc}"
-    serve_s = time.perf_counter() - t0
-    events = warmkit.monitor.events()[events_before:]
-    warmkit.monitor.disarm()
+    error, serve_s, events = run_steps(sim, spec["steps"])
     s = sim.stats
     result = {
         "rank": rank,
