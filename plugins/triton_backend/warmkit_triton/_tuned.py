@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from warmkit import current_fleet
+from warmkit._record import write_atomic
 
 from . import _triton_api as api
 
@@ -312,9 +313,7 @@ def _unseal_text(text: str, where: str) -> dict[str, Any] | None:
 
 def _write_atomic(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.parent / f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp"
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    write_atomic(path, text)
 
 
 def store_key(rid: ResultId) -> str:
