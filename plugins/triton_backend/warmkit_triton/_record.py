@@ -405,8 +405,9 @@ class RecordedTritonKernel(TritonKernel):
     def dispatch(self, *, spec_json: str) -> Any:
         return self.CompileKey(spec_json)
 
-    def _function(self, spec: Mapping[str, Any]) -> Any:
-        jit = _unwrap(_import_path(self.path))
+    def _function(self, spec: Mapping[str, Any], top: Any = None) -> Any:
+        """The recorded ``@triton.jit`` function behind ``top`` (default: imported), its source checked."""
+        jit = _unwrap(top if top is not None else _import_path(self.path))
         if jit is None:
             raise LookupError(
                 f"recorded kernel {self.path} no longer resolves to a @triton.jit function; re-record"
@@ -609,9 +610,9 @@ class RecordedTuning(RecordedTritonKernel):
 
         spec = json.loads(key.spec_json)
         tuned = spec["autotune"]
-        with _fn_lock:
-            jit = self._function(spec)
-        stack = unwrap(_import_path(self.path))
+        top = _import_path(self.path)
+        jit = self._function(spec, top)
+        stack = unwrap(top)
         if stack is None or stack.tuner is None:
             raise LookupError(f"recorded kernel {self.path} is no longer autotuned; re-record")
         described = [describe_config(c) for c in stack.tuner.configs]
