@@ -320,6 +320,18 @@ def test_a_raw_autotuned_kernel_is_refused_before_benchmarking_then_reported(tmp
     ]
 
 
+def _with_tuned(manifest: Path, dest: Path, **changes: str) -> Path:
+    """A copy of ``manifest`` whose recorded autotunes have ``changes`` (their ids recomputed)."""
+    body = json.loads(manifest.read_text())
+    for i, e in enumerate(body["recorded"]):
+        if "autotune" in e["spec"]:
+            spec = {**e["spec"], "autotune": {**e["spec"]["autotune"], **changes}}
+            fields = {k: e[k] for k in ("backend", "kind", "kernel", "name", "target")}
+            body["recorded"][i] = warmkit.RecordedEntry.make(spec=spec, **fields).to_dict()
+    dest.write_text(json.dumps(body))
+    return dest
+
+
 def test_a_raw_autotune_winner_is_recorded_and_a_replay_benchmarks_nothing(tmp_path):
     manifest = tmp_path / "recorded.json"
     first = interp("raw-record", tmp_path / "cache-a", WARMKIT_RECORD=str(manifest))
@@ -334,16 +346,14 @@ def test_a_raw_autotune_winner_is_recorded_and_a_replay_benchmarks_nothing(tmp_p
     assert ["recorded", "cached", "stored"] in second["rows"]
     assert second["ok"] and second["events"] == [] and second["winner"] == first["winner"]
     # Configs changed since the recording: the entry fails, naming why, and the call tunes.
-    body = json.loads(manifest.read_text())
-    for i, e in enumerate(body["recorded"]):
-        if "autotune" in e["spec"]:
-            spec = {**e["spec"], "autotune": {**e["spec"]["autotune"], "configs": "0" * 64}}
-            fields = {k: e[k] for k in ("backend", "kind", "kernel", "name", "target")}
-            body["recorded"][i] = warmkit.RecordedEntry.make(spec=spec, **fields).to_dict()
-    stale = tmp_path / "stale.json"
-    stale.write_text(json.dumps(body))
+    stale = _with_tuned(manifest, tmp_path / "stale.json", configs="0" * 64)
     with pytest.raises(AssertionError, match="configs changed since it was recorded"):
         interp("raw-replay", tmp_path / "cache-c", MANIFEST=str(stale))
+    # Measured on another GPU model: nothing is placed, and the first call tunes (reported).
+    other = _with_tuned(manifest, tmp_path / "other-gpu.json", gpu="NVIDIA H200")
+    third = interp("raw-replay", tmp_path / "cache-d", MANIFEST=str(other))
+    assert ["recorded", "cached", "needs-device"] in third["rows"]
+    assert third["ok"] and third["events"] == [["autotune", "raw_tuned_add"]]
 
 
 def test_autotune_key_drift_is_detected_naming_the_argument(tmp_path):
