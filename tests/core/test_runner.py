@@ -1,0 +1,92 @@
+"""The compile runner: every item ends in exactly one callback; slow items overlap."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from warmkit._runner import NOT_ATTEMPTED, run
+
+
+class Calls:
+    def __init__(self) -> None:
+        self.done: list[tuple[int, object]] = []
+        self.unrun: list[tuple[int, str]] = []
+        self.timed_out: list[int] = []
+        self.active = 0
+        self.most = 0
+        self.lock = threading.Lock()
+
+    def track(self, seconds: float):
+        def fn(i: int) -> int:
+            with self.lock:
+                self.active += 1
+                self.most = max(self.most, self.active)
+            time.sleep(seconds(i) if callable(seconds) else seconds)
+            with self.lock:
+                self.active -= 1
+            return i * 10
+
+        return fn
+
+    def kwargs(self, stop_at: int | None = None) -> dict:
+        def on_done(i, result):
+            self.done.append((i, result))
+            return stop_at is not None and i == stop_at
+
+        return {
+            "on_done": on_done,
+            "on_timeout": lambda i, s: self.timed_out.append(i),
+            "on_unrun": lambda i, reason: self.unrun.append((i, reason)),
+        }
+
+    def every_item_once(self, n: int) -> bool:
+        seen = [i for i, _ in self.done] + [i for i, _ in self.unrun] + self.timed_out
+        return sorted(seen) == list(range(n))
+
+
+def test_slow_items_overlap_up_to_workers():
+    calls = Calls()
+    t0 = time.perf_counter()
+    run(list(range(6)), calls.track(0.1), workers=3, timeout=None, **calls.kwargs())
+    assert calls.every_item_once(6) and not calls.unrun
+    assert sorted(calls.done) == [(i, i * 10) for i in range(6)]
+    assert calls.most == 3
+    assert time.perf_counter() - t0 < 0.5  # ~0.2 s in two waves, not 0.6 s one by one
+
+
+def test_cheap_items_all_run_once():
+    calls = Calls()
+    run(list(range(2000)), lambda i: i, workers=4, timeout=None, **calls.kwargs())
+    assert sorted(calls.done) == [(i, i) for i in range(2000)]
+    assert not calls.unrun and not calls.timed_out
+
+
+def test_on_done_true_stops_further_items():
+    calls = Calls()
+    run(list(range(50)), calls.track(0.001), workers=2, timeout=None, **calls.kwargs(stop_at=3))
+    assert calls.every_item_once(50)
+    assert calls.unrun and {r for _, r in calls.unrun} == {NOT_ATTEMPTED}
+    assert 3 in [i for i, _ in calls.done]
+
+
+def test_an_exception_from_fn_is_raised_in_the_caller():
+    def fn(i):
+        if i == 2:
+            raise RuntimeError("boom 2")
+        return i
+
+    calls = Calls()
+    with pytest.raises(RuntimeError, match="boom 2"):
+        run(list(range(5)), fn, workers=2, timeout=None, **calls.kwargs())
+
+
+def test_a_late_item_times_out_and_the_others_finish():
+    calls = Calls()
+    fn = calls.track(lambda i: 1.0 if i == 0 else 0.01)
+    run(list(range(4)), fn, workers=2, timeout=0.3, **calls.kwargs())
+    assert calls.timed_out == [0]
+    assert sorted(i for i, _ in calls.done) == [1, 2, 3]
+    assert calls.every_item_once(4)
