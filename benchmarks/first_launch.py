@@ -52,6 +52,53 @@ def _gpu() -> bool:
 # -- the child ---------------------------------------------------------------------------------
 
 
+def _vector_kernel() -> Any:
+    """The held-out kernel of #14's B4: fp16 and fp32, n in {1, 4095, 4096, 2**20}.
+
+    Its ``__call__`` derives the key from the tensor (``x.dtype``, ``x.numel()``),
+    as engine kernels do.
+    """
+    import attrs
+    import torch
+    import triton
+    import triton.language as tl
+    from warmkit_triton import TritonKernel, WarmupTensor, specialization_rep
+
+    @triton.jit
+    def scale_add(x, y, out, n, alpha, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        mask = offs < n
+        v = tl.load(x + offs, mask=mask) * alpha + tl.load(y + offs, mask=mask)
+        tl.store(out + offs, v, mask=mask)
+
+    names = {torch.float16: "float16", torch.float32: "float32"}
+
+    class ScaleAdd(TritonKernel):
+        fn = scale_add
+        name = "benchmarks.first_launch.ScaleAdd"
+
+        @attrs.frozen
+        class CompileKey:
+            dtype: str
+            n: int
+            block: int
+
+        def dispatch(self, *, dtype: Any, n: int, block: int = 1024) -> Any:
+            name = dtype if isinstance(dtype, str) else names[dtype]
+            return self.CompileKey(name, specialization_rep(n), block)
+
+        def warmup_args(self, key: Any) -> Any:
+            t = WarmupTensor(key.dtype, (max(key.n, 1),))
+            return (t, t, t, key.n, 1.5), {"BLOCK": key.block}
+
+        def __call__(self, x: Any, y: Any, out: Any) -> None:
+            n = x.numel()
+            key = self.dispatch(dtype=x.dtype, n=n)
+            self.run(key, (triton.cdiv(n, key.block),), x, y, out, n, 1.5, BLOCK=key.block)
+
+    return ScaleAdd
+
+
 def child(mode: str, rotate: int, iters: int) -> int:
     import torch
     from triton import knobs
@@ -74,9 +121,17 @@ def child(mode: str, rotate: int, iters: int) -> int:
             if t.slot_mapping is not None and t.implementation == "triton":
                 by_key.setdefault(kernel.dispatch(**t.warmup_space()), t)
     keys = list(by_key)
+    vector = _vector_kernel()()
+    vectors = []
+    for dtype in (torch.float16, torch.float32):
+        for n in (1, 4095, 4096, 2**20):
+            xs = [torch.randn(n, device=device).to(dtype) for _ in range(3)]
+            vectors.append((f"vector {str(dtype)[6:]} n={n}", xs))
+            with registry.activate():
+                vector.register_warmup(dtype=str(dtype)[6:], n=n)
 
     t0 = time.perf_counter()
-    if mode == "warmkit":
+    if mode.startswith("warmkit"):
         report = warmkit.warmup(
             warmkit.WarmupConfig(progress="off", monitor="off", target=None), registry
         )
@@ -85,6 +140,9 @@ def child(mode: str, rotate: int, iters: int) -> int:
         for key in keys:
             args, kwargs = kernel.warmup_args(key)
             fn.warmup(*args, grid=(1,), **kwargs, **kernel.launch_options(key))
+        for plan_key in {vector.dispatch(dtype=xs[0].dtype, n=xs[0].numel()) for _, xs in vectors}:
+            args, kwargs = vector.warmup_args(plan_key)
+            vector.fn.warmup(*args, grid=(1,), **kwargs)
     warmup_s = time.perf_counter() - t0
 
     # inputs: 4 requests of 16 tokens at positions 0..15, request i in allocation block i + 1
@@ -99,7 +157,7 @@ def child(mode: str, rotate: int, iters: int) -> int:
 
     def launcher(key: Any) -> Any:
         t = by_key[key]
-        if mode == "warmkit":
+        if mode.startswith("warmkit"):
             return lambda: t.compute_slot_mapping(num_reqs, qsl, pos, validate=False)
         args, kwargs = launch_arguments(
             t.warmup_space(),
@@ -114,6 +172,13 @@ def child(mode: str, rotate: int, iters: int) -> int:
         grid = (num_reqs + 1,)
         return lambda: fn[grid](*args, **kwargs, **opts)
 
+    def vector_launcher(xs: list[Any]) -> Any:
+        x, y, out = xs
+        if mode.startswith("warmkit"):
+            return lambda: vector(x, y, out)
+        grid = ((x.numel() + 1023) // 1024,)
+        return lambda: vector.fn[grid](x, y, out, x.numel(), 1.5, BLOCK=1024)
+
     events: list[str] = []
     knobs.runtime.jit_cache_hook = lambda **kw: events.append("miss") and None
     knobs.compilation.listener = lambda **kw: events.append(
@@ -121,28 +186,34 @@ def child(mode: str, rotate: int, iters: int) -> int:
     )
     knobs.runtime.kernel_load_start_hook.add(lambda *a, **k: events.append("load"))
 
-    def timed(call: Any) -> float:
+    def timed(call: Any) -> tuple[float, float]:
+        """(us until the call returned, us until the GPU finished it)."""
         torch.cuda.synchronize()
         s = time.perf_counter()
         call()
+        r = time.perf_counter()
         torch.cuda.synchronize()
-        return (time.perf_counter() - s) * 1e6
+        return (r - s) * 1e6, (time.perf_counter() - s) * 1e6
 
-    rotate %= len(keys)
-    order = keys[rotate:] + keys[:rotate]
+    cases = [(repr(key), launcher(key)) for key in keys]
+    cases += [(label, vector_launcher(xs)) for label, xs in vectors]
+    rotate %= len(cases)
+    order = cases[rotate:] + cases[:rotate]
     out = []
-    for i, key in enumerate(order):
-        call = launcher(key)
+    for i, (label, call) in enumerate(order):
         before = len(events)
-        first = timed(call)
+        first_cpu, first = timed(call)
         first_events = events[before:]
-        steady = statistics.median(timed(call) for _ in range(iters))
+        steady_runs = [timed(call) for _ in range(iters)]
+        steady = statistics.median(t for _, t in steady_runs)
         out.append(
             {
-                "key": repr(key),
+                "key": label,
                 "position": i,
                 "first_us": first,
+                "first_cpu_us": first_cpu,
                 "steady_us": steady,
+                "steady_cpu_us": statistics.median(c for c, _ in steady_runs),
                 "ratio": first / steady,
                 "events": first_events,
             }
@@ -162,13 +233,18 @@ def main() -> int:
 
     p = parser(__doc__.splitlines()[0])
     p.add_argument("--iters", type=int, default=200, help="steady-state launches per key")
+    p.add_argument(
+        "--modes",
+        default="warmkit,compile-only",
+        help="comma-separated: warmkit, compile-only, warmkit-eager (CUDA_MODULE_LOADING=EAGER)",
+    )
     args = p.parse_args()
     if not _gpu():
         emit("B4-first-launch", {"skipped": NEEDS_GPU, "goal_ratio": GOAL}, args.out, NEEDS_GPU)
         return 0
     runs = 1 if args.tiny else max(args.runs, 5)
     iters = 20 if args.tiny else args.iters
-    per: dict[str, dict[str, list[dict[str, Any]]]] = {"warmkit": {}, "compile-only": {}}
+    per: dict[str, dict[str, list[dict[str, Any]]]] = {m: {} for m in args.modes.split(",")}
     warmups: dict[str, list[float]] = {m: [] for m in per}
     for r in range(runs):
         for mode, samples_by_key in per.items():
@@ -176,6 +252,8 @@ def main() -> int:
                 env = {k: v for k, v in os.environ.items() if not k.startswith("WARMKIT_")} | {
                     "TRITON_CACHE_DIR": cache
                 }
+                if mode.endswith("-eager"):
+                    env["CUDA_MODULE_LOADING"] = "EAGER"
                 proc = subprocess.run(
                     [sys.executable, __file__, "--child", mode, str(r), str(iters)],
                     env=env,
@@ -199,11 +277,15 @@ def main() -> int:
             ratio = stats([s["ratio"] for s in samples])
             first = stats([s["first_us"] for s in samples])
             steady = stats([s["steady_us"] for s in samples])
+            first_cpu = stats([s["first_cpu_us"] for s in samples])
+            steady_cpu = stats([s["steady_cpu_us"] for s in samples])
             events = sorted({e for s in samples for e in s["events"]})
             results["modes"][mode]["keys"][key] = {
                 "first_us": first,
                 "steady_us": steady,
                 "ratio": ratio,
+                "first_cpu_us": first_cpu,
+                "steady_cpu_us": steady_cpu,
                 "events_at_first_launch": events,
                 "first_in_process_ratio": [s["ratio"] for s in samples if s["position"] == 0],
             }
@@ -212,6 +294,7 @@ def main() -> int:
                     f"{mode} key {i}",
                     f"{first['median']:.1f} ({first['min']:.1f}-{first['max']:.1f})",
                     f"{steady['median']:.1f}",
+                    f"{first_cpu['median']:.1f} / {steady_cpu['median']:.1f}",
                     f"{ratio['median']:.2f} ({ratio['min']:.2f}-{ratio['max']:.2f})",
                     ",".join(events) or "none",
                     "yes" if ratio["median"] <= GOAL else "NO",
@@ -219,9 +302,18 @@ def main() -> int:
             )
     text = table(
         rows,
-        ("B4 warmup / key", "first us", "steady us", "first/steady", "Triton events", "<= 1.5x"),
+        (
+            "B4 warmup / key",
+            "first us",
+            "steady us",
+            "CPU first/steady us",
+            "first/steady",
+            "Triton events",
+            "<= 1.5x",
+        ),
     )
-    text += "\nkeys: " + "; ".join(f"{i}: {k}" for i, k in enumerate(per["warmkit"]))
+    first_mode = next(iter(per))
+    text += "\nkeys: " + "; ".join(f"{i}: {k}" for i, k in enumerate(per[first_mode]))
     emit("B4-first-launch", results, args.out, text)
     return 0
 

@@ -40,6 +40,12 @@ from typing import Any
 import attrs
 
 
+def _cdiv(n: int, d: int) -> int:
+    # Not triton.cdiv: on Triton 3.6 it is a constexpr_function that costs ~2.5 us per call
+    # on the H200 host (the "CPU only" table times it), which is the wrapper's cost, not warmkit's.
+    return -(-n // d)
+
+
 def _parse() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", help="write the results as JSON to this path")
@@ -116,7 +122,7 @@ def _run(args: argparse.Namespace) -> int:
         def __call__(self, x: Any, y: Any, out: Any) -> None:
             n = x.numel()
             key = self.dispatch(n=n)
-            self.run(key, (triton.cdiv(n, key.block),), x, y, out, n, BLOCK=key.block)
+            self.run(key, (_cdiv(n, key.block),), x, y, out, n, BLOCK=key.block)
 
     names = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
 
@@ -143,7 +149,7 @@ def _run(args: argparse.Namespace) -> int:
         def __call__(self, x: Any, y: Any, out: Any) -> None:
             n = x.numel()
             key = self.dispatch(dtype=x.dtype, n=n)
-            self.run(key, (triton.cdiv(n, key.block),), x, y, out, n, BLOCK=key.block)
+            self.run(key, (_cdiv(n, key.block),), x, y, out, n, BLOCK=key.block)
 
     # (c): the vLLM-style wrapper: dispatch to a key, look up the launch config, fn[grid]
     configs: dict[tuple[int, int], dict[str, int]] = {}
@@ -152,7 +158,7 @@ def _run(args: argparse.Namespace) -> int:
         n = x.numel()
         key = (specialization_rep(n), 1024)
         cfg = configs[key]
-        add_kernel[(triton.cdiv(n, cfg["BLOCK"]),)](x, y, out, n, **cfg)
+        add_kernel[(_cdiv(n, cfg["BLOCK"]),)](x, y, out, n, **cfg)
 
     n = args.n
     x = torch.randn(n, device=device)
@@ -166,7 +172,7 @@ def _run(args: argparse.Namespace) -> int:
         typed.register_warmup(dtype="float32", n=n)  # registrations hold plain data
     report = warmkit.warmup(warmkit.WarmupConfig(progress="off", monitor="warn"), registry=reg)
     configs[(specialization_rep(n), 1024)] = {"BLOCK": 1024}
-    grid = (triton.cdiv(n, 1024),)
+    grid = (_cdiv(n, 1024),)
 
     def sync() -> None:
         if not interpreted:
@@ -201,6 +207,7 @@ def _run(args: argparse.Namespace) -> int:
             samples[name].append((t1 - t0) / args.iters * 1e6)
     med = {k: statistics.median(v) for k, v in samples.items()}
     cpu = _dispatch_cost(kernel, typed, x, n, args)
+    cpu.update(_executor_pieces(executor, x, y, out, n, grid, args))
     base = med["b_bare_fn_grid"]
     ratios = {k: v / base for k, v in med.items()}
 
@@ -273,6 +280,42 @@ def _dispatch_cost(kernel: Any, typed: Any, x: Any, n: int, args: argparse.Names
         "executor lookup by key identity": lookup_by_id,
         "executor lookup by key hash": lambda: executors[key],
     }
+    return _time_each(cases, args)
+
+
+def _executor_pieces(
+    executor: Any, x: Any, y: Any, out: Any, n: int, grid: Any, args: argparse.Namespace
+) -> dict:
+    """Median us per call of each piece of the executor's launch path (the C launch included)."""
+    import triton
+
+    if not getattr(executor, "fast", False):
+        return {}
+    device = executor._get_device()
+    stream = executor._get_stream(device)
+    bound = (x, y, out, n, 1024)
+    go, function = executor._go, executor._function
+    cases = {
+        "x.numel()": x.numel,
+        "triton.cdiv(n, 1024) (not used by (a)-(d))": lambda: triton.cdiv(n, 1024),
+        "-(-n // 1024)": lambda: _cdiv(n, 1024),
+        "executor bind (4 positional + BLOCK=)": lambda: executor._bind(
+            (x, y, out, n), {"BLOCK": 1024}
+        ),
+        "current device getter": executor._get_device,
+        "current stream getter": lambda: executor._get_stream(device),
+        "go(grid, stream, fn, args): C launch": lambda: go(grid, stream, function, bound),
+        "executor(grid, *5 args)": lambda: executor(grid, x, y, out, n, 1024),
+        "executor(grid, *4 args, BLOCK=)": lambda: executor(grid, x, y, out, n, BLOCK=1024),
+        "executor.launch(grid, args, {BLOCK:})": lambda: executor.launch(
+            grid, (x, y, out, n), {"BLOCK": 1024}
+        ),
+    }
+    return _time_each(cases, args)
+
+
+def _time_each(cases: dict[str, Any], args: argparse.Namespace) -> dict[str, float]:
+    """Median us per call of each case, over ``--runs`` runs of ``max(--iters, 2000)`` calls."""
     iters = max(args.iters, 2000)
     out = {}
     for name, fn in cases.items():

@@ -21,7 +21,7 @@ import textwrap
 import threading
 import time
 import types
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from typing import Any, ClassVar, Generic, TypeVar
 
 from . import _envs, _memo, monitor
@@ -261,6 +261,17 @@ class JitKernel(Generic[K]):
         is defined. Default: none.
         """
         return frozenset()
+
+    @classmethod
+    def runtime_inputs(cls, inputs: Mapping[str, Any]) -> Iterable[Mapping[str, Any]]:
+        """The ways a launch may pass a registered point's ``inputs`` to ``dispatch``.
+
+        A device warmup calls the memoized ``dispatch`` once with each, so the
+        first launch of a registered point is a memo hit (``docs/performance.md``,
+        B4). A backend's kernel base adds the runtime forms of plain values
+        (``TritonKernel``: ``torch.float16`` for ``"float16"``). Default: ``(inputs,)``.
+        """
+        return (inputs,)
 
     @classmethod
     def clear_executors(cls) -> None:

@@ -23,7 +23,7 @@ import textwrap
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["MEMO_LIMIT", "install", "raw_dispatch"]
+__all__ = ["MEMO_LIMIT", "REHEARSE_LIMIT", "install", "raw_dispatch", "rehearse"]
 
 logger = logging.getLogger(__name__)
 
@@ -35,6 +35,10 @@ MEMO_LIMIT = 4096
 #: (``(1,) == (True,)``): equal values there may still be different kernels.
 PLAIN_TYPES: frozenset[type] = frozenset({int, str, bool, type(None)})
 
+#: Registered points per kernel class that a device warmup rehearses (``rehearse``): the
+#: identity lookup keeps ``LAUNCH_LOOKUP_LIMIT`` (1024) keys, and rehearsing more would evict them.
+REHEARSE_LIMIT = 256
+
 # Names that make a body's reads unknowable, or reach state beyond its inputs.
 _OPAQUE = {"locals", "vars", "eval", "exec", "globals", "super", "getattr", "id"}
 
@@ -43,6 +47,44 @@ def raw_dispatch(cls: type) -> Callable[..., Any]:
     """The class's own ``dispatch`` function, under any memo this module wrapped around it."""
     fn = cls.dispatch  # type: ignore[attr-defined]
     return getattr(fn, "_warmkit_raw", fn)
+
+
+def rehearse(kernel: Any, points: list[dict[str, Any]]) -> int:
+    """Make each point's first launch a memo hit: the launch-time half of a device warmup.
+
+    A launch's first ``dispatch`` of inputs it never saw builds and hashes a
+    key, and its first executor lookup hashes it again (measured: 5-13 us on the
+    H200 host, and ~50 us for the first call in the process, against 4-6 us
+    warm). For each single-point registration (plain scalars only: its inputs
+    are what the launch passes), and each variant ``kernel.runtime_inputs``
+    gives, this calls the memoized ``dispatch`` exactly as a launch does, and
+    when the key it returns was warmed up, fills the identity lookup with that
+    very key object (``JitKernel.launch_executor``, which never compiles here).
+    A dispatch that raises on a variant is skipped: the variant was a guess.
+
+    Args:
+        kernel: a kernel instance (memo and lookup are per class).
+        points: the inputs of its single-point registrations.
+
+    Returns:
+        How many (point, variant) launch forms now hit the memo and the identity lookup.
+    """
+    cls = type(kernel)
+    if raw_dispatch(cls) is cls.dispatch:  # not memoized: nothing to fill
+        return 0
+    executors, done = cls.executors, 0
+    for inputs in points[:REHEARSE_LIMIT]:
+        for variant in cls.runtime_inputs(inputs):
+            try:
+                key = kernel.dispatch(**variant)
+                warmed = key in executors
+            except Exception as exc:  # noqa: BLE001 - a guessed variant may not be accepted
+                logger.debug("%s: dispatch(**%r) not rehearsed: %s", cls.__qualname__, variant, exc)
+                continue
+            if warmed:
+                kernel.launch_executor(key)
+                done += 1
+    return done
 
 
 def install(cls: type, extra_types: frozenset[type] = frozenset()) -> bool:

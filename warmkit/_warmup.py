@@ -11,13 +11,13 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import nullcontext
 from typing import Any
 
 import attrs
 
-from . import _envs, metrics, monitor
+from . import _envs, _memo, metrics, monitor
 from ._backend import CanonicalTargets, ReportsTuning
 from ._exceptions import BackendUnavailableError, WarmupError
 from ._record import resolve_recorded, start_recording
@@ -294,6 +294,8 @@ def warmup(config: WarmupConfig | None = None, registry: Any = None) -> WarmupRe
     finally:
         loop.close()
     entries.extend(loop.entries)
+    if config.target is None:
+        _rehearse(registry, plan)
     # Deterministic report order: plan order.
     order = {
         (name, k): i
@@ -381,6 +383,17 @@ def warmup(config: WarmupConfig | None = None, registry: Any = None) -> WarmupRe
         start_recording(config.record)
     monitor.arm(config.monitor)
     return report
+
+
+def _rehearse(registry: Any, plan: Mapping[str, tuple[Any, list[Any]]]) -> None:
+    """Fill the launch memos for every single-point registration (``_memo.rehearse``)."""
+    points: dict[str, list[dict[str, Any]]] = {}
+    for reg in registry:
+        if not reg.zip_groups and all(type(v) in _memo.PLAIN_TYPES for v in reg.space.values()):
+            points.setdefault(reg.kernel, []).append(dict(reg.space))
+    for name, pts in points.items():
+        if name in plan:
+            _memo.rehearse(plan[name][0], pts)
 
 
 class _Run:

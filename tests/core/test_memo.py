@@ -208,3 +208,78 @@ def test_defaults_apply_inside_dispatch():
     assert k.dispatch(n=3).kind == "intx"
     with pytest.raises(TypeError):
         k.dispatch()  # the required input is still required
+
+
+class Rehearsed(warmkit.JitKernel):
+    """A launch passes ``dtype`` in another form than the registration (as Triton's dtypes)."""
+
+    dispatches = 0
+
+    @attrs.frozen
+    class CompileKey:
+        dtype: str
+        n: int
+
+    def dispatch(self, *, dtype, n):
+        Rehearsed.dispatches += 1
+        if dtype == "refused":
+            raise ValueError("not a dtype")
+        return self.CompileKey(dtype.upper() if isinstance(dtype, str) else "?", n)
+
+    @classmethod
+    def runtime_inputs(cls, inputs):
+        return (inputs, {**inputs, "dtype": "refused"}, {**inputs, "n": inputs["n"] + 1})
+
+    def compile(self, key):
+        return ("executor", key)
+
+
+def _warm(*registrations, target=None):
+    Rehearsed.clear_executors()
+    Rehearsed.dispatch._warmkit_memo.clear()
+    reg = warmkit.WarmupRegistry()
+    with reg.activate():
+        for space in registrations:
+            Rehearsed().register_warmup(**space)
+    return warmkit.warmup(warmkit.WarmupConfig(progress="off", monitor="off", target=target), reg)
+
+
+def test_device_warmup_makes_a_registered_point_s_first_launch_a_memo_and_identity_hit():
+    report = _warm({"dtype": "f16", "n": 8})
+    assert report.ok
+    memo = Rehearsed.dispatch._warmkit_memo
+    key = Rehearsed.CompileKey("F16", 8)
+    before = Rehearsed.dispatches
+    hit = Rehearsed().dispatch(dtype="f16", n=8)  # the launch's first call
+    assert Rehearsed.dispatches == before  # answered by the memo, no key built
+    assert hit == key
+    seen = Rehearsed.launch_lookup(id(hit))
+    assert seen is not None and seen[0] is hit and seen[1] == ("executor", key)
+    # the refused variant was skipped; the n + 1 variant dispatched to an unwarmed key:
+    # memoized (that is what dispatch returns) but never compiled nor put in the lookup
+    assert len(memo) == 2
+    assert Rehearsed.CompileKey("F16", 9) not in Rehearsed.executors
+    other = Rehearsed().dispatch(dtype="f16", n=9)
+    assert Rehearsed.launch_lookup(id(other)) is None
+
+
+def test_ranges_and_ahead_of_time_warmups_are_not_rehearsed():
+    report = _warm({"dtype": "f16", "n": warmkit.IntRange(1, 4)})
+    assert report.ok and len(report.entries) == 3
+    assert len(Rehearsed.dispatch._warmkit_memo) == 0  # a range's launches pass other values
+    assert _warm({"dtype": "f16", "n": 8}, target="fake:1").count("compiled") == 1
+    assert len(Rehearsed.dispatch._warmkit_memo) == 0  # compiled for another target: no launch here
+
+
+def test_rehearse_is_bounded_and_skips_an_unmemoized_dispatch():
+    Rehearsed.clear_executors()
+    Rehearsed.dispatch._warmkit_memo.clear()
+    limit = _memo.REHEARSE_LIMIT
+    points = [{"dtype": "f16", "n": n} for n in range(limit + 10)]
+    for p in points:
+        Rehearsed().get_or_compile(Rehearsed.CompileKey("F16", p["n"]))
+    # each rehearsed point hits twice: its own inputs and the n + 1 variant (warmed too)
+    assert _memo.rehearse(Rehearsed(), points) == 2 * limit
+    beyond = Rehearsed().dispatch(dtype="f16", n=limit + 5)
+    assert Rehearsed.launch_lookup(id(beyond)) is None  # past the bound: not rehearsed
+    assert _memo.rehearse(Stateful(), [{"n": 1}]) == 0  # reads self.block: no memo

@@ -268,3 +268,12 @@ def test_interpreter_end_to_end():
 def test_interpreted_executor_repr():
     ex = InterpretedExecutor(kernel="k", key=1, fn=add_kernel, launch_options={"num_warps": 4})
     assert "InterpretedExecutor k" in repr(ex) and ex.cache_hit is True
+
+
+def test_runtime_inputs_add_the_torch_dtype_a_launch_passes():
+    got = TritonKernel.runtime_inputs({"dtype": "float16", "n": 4, "tag": "x"})
+    assert list(got) == [
+        {"dtype": "float16", "n": 4, "tag": "x"},
+        {"dtype": torch.float16, "n": 4, "tag": "x"},
+    ]
+    assert list(TritonKernel.runtime_inputs({"n": 4})) == [{"n": 4}]  # nothing to add

@@ -40,7 +40,7 @@ from __future__ import annotations
 import difflib
 import logging
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, ClassVar, TypeVar
 
 from warmkit import JitKernel, KernelDefinitionError
@@ -208,9 +208,10 @@ class TritonKernel(JitKernel[K]):
         """
         # the hot path: the key object launched before (JitKernel.launch_lookup), no hash
         seen = self.launch_lookup(id(key))
-        if seen is not None and seen[0] is key:
-            return seen[1](grid, *args, **kwargs)
-        return self.launch_executor(key)(grid, *args, **kwargs)
+        executor = seen[1] if seen is not None and seen[0] is key else self.launch_executor(key)
+        if type(executor) is TritonExecutor:
+            return executor.launch(grid, args, kwargs)  # no second packing of the arguments
+        return executor(grid, *args, **kwargs)
 
     @classmethod
     def dispatch_memo_types(cls) -> frozenset[type]:
@@ -218,6 +219,25 @@ class TritonKernel(JitKernel[K]):
         torch = sys.modules.get("torch")
         dtype = getattr(torch, "dtype", None)
         return frozenset({dtype}) if isinstance(dtype, type) else frozenset()
+
+    @classmethod
+    def runtime_inputs(cls, inputs: Mapping[str, Any]) -> Iterable[Mapping[str, Any]]:
+        """``inputs``, and the form a launch passes: ``torch.float16`` where it says ``"float16"``.
+
+        A registration holds plain data, so a kernel registers dtypes by name
+        while its ``__call__`` passes ``x.dtype``; device warmup rehearses both.
+        """
+        torch = sys.modules.get("torch")
+        dtype = getattr(torch, "dtype", None)
+        if not isinstance(dtype, type):
+            return (inputs,)
+        runtime = {
+            k: getattr(torch, v)
+            if type(v) is str and isinstance(getattr(torch, v, None), dtype)
+            else v
+            for k, v in inputs.items()
+        }
+        return (inputs, runtime) if runtime != inputs else (inputs,)
 
     def function_for(self, key: K) -> Any:
         """The ``@triton.jit`` function (or autotune/heuristics stack) that compiles ``key``: ``fn``.
@@ -385,6 +405,10 @@ class TritonExecutor:
         self.fast = True
 
     def __call__(self, grid: Any, *args: Any, **kwargs: Any) -> None:
+        return self.launch(grid, args, kwargs)
+
+    def launch(self, grid: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """``self(grid, *args, **kwargs)``, with the arguments as they are (``TritonKernel.run``)."""
         if kwargs or len(args) != self._nparams:
             args = self._bind(args, kwargs)
         if not self.fast or self._pre_run_hooks:
