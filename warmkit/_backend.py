@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager as ContextManager
 from contextvars import ContextVar
 from pathlib import Path
@@ -36,6 +36,7 @@ __all__ = [
     "Executor",
     "FleetCapable",
     "MonitorHooks",
+    "PreparesEntries",
     "RecordReplay",
     "ReportsCacheHit",
     "ReportsTuning",
@@ -224,6 +225,25 @@ class BundleCapable(_Capability, Protocol):
 
     def relocate_cache_entry(self, staged: Path, final: Path) -> None:
         """Rewrite an entry staged at ``staged`` so that it is valid once moved to ``final``."""
+        ...
+
+
+@runtime_checkable
+class PreparesEntries(_Capability, Protocol):
+    """Optional: finish installed cache entries for this host (``install_bundle``).
+
+    What a runtime would otherwise build at its first load of an entry, and
+    can build only where the entries are used (warmkit-triton: Triton's C
+    launchers, which need this host's CUDA driver), is built here, once.
+    """
+
+    def prepare_entries(self, directory: Path, entries: Sequence[str]) -> str:
+        """Prepare the named entries of ``directory``; return a one-line summary of what was done.
+
+        Raises:
+            Exception: preparing failed; the entries are still valid (the
+                runtime then builds what is missing on first load).
+        """
         ...
 
 

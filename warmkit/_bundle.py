@@ -43,7 +43,13 @@ from typing import Any
 import attrs
 
 from . import _envs, _signing
-from ._backend import BundleCapable, CanonicalTargets, entry_check, missing_members
+from ._backend import (
+    BundleCapable,
+    CanonicalTargets,
+    PreparesEntries,
+    entry_check,
+    missing_members,
+)
 from ._exceptions import BundleError
 from ._integrity import identity, verify_entry, write_record
 
@@ -170,6 +176,9 @@ class BundleInstall:
         directories: backend name -> the cache directory it installed into.
         signed_by: the id of the trusted key that signed the bundle, or None
             when no trust is configured.
+        prepared: backend name -> what its ``prepare_entries`` did on this
+            host (``warmkit.PreparesEntries``), or why it did not; a backend
+            without the capability is absent.
     """
 
     installed: tuple[str, ...]
@@ -177,6 +186,7 @@ class BundleInstall:
     replaced: tuple[str, ...]
     directories: dict[str, str]
     signed_by: str | None = None
+    prepared: dict[str, str] = attrs.field(factory=dict)
 
     @property
     def present(self) -> tuple[str, ...]:
@@ -280,6 +290,11 @@ def install_bundle(
         finally:
             for staging in stagings:
                 shutil.rmtree(staging, ignore_errors=True)
+    prepared = {
+        name: _prepare(name, backend, dest, expected)
+        for name, backend, dest, expected in plans
+        if isinstance(backend, PreparesEntries)
+    }
     logger.info(
         "bundle %s: %d entr(ies) installed, %d unchanged, %d replaced%s",
         path,
@@ -289,8 +304,28 @@ def install_bundle(
         f", signed by {signed_by}" if signed_by else "",
     )
     return BundleInstall(
-        tuple(installed), tuple(unchanged), tuple(replaced), directories, signed_by
+        tuple(installed), tuple(unchanged), tuple(replaced), directories, signed_by, prepared
     )
+
+
+def _prepare(name: str, backend: Any, dest: Path, expected: dict[str, Any]) -> str:
+    """The backend's ``prepare_entries`` over every entry of the bundle; a failure is a warning.
+
+    The entries are published and sound either way: what preparing builds,
+    the runtime builds at its first load instead, so the install stands.
+    """
+    entries = sorted({PurePosixPath(r).parts[0] for r in expected})
+    try:
+        summary = backend.prepare_entries(dest, entries)
+    except Exception as exc:  # noqa: BLE001 - a plugin's failure is reported, never hidden
+        summary = (
+            f"not prepared: {type(exc).__name__}: {exc} (the runtime builds what is missing "
+            "at its first load of each entry)"
+        )
+        logger.warning("bundle install: backend %r: %s", name, summary)
+        return summary
+    logger.info("bundle install: backend %r: %s", name, summary)
+    return str(summary)
 
 
 def _serving_target(

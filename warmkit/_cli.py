@@ -254,6 +254,7 @@ def _cmd_bundle(args: argparse.Namespace) -> int:
             "replaced": len(result.replaced),
             "directories": result.directories,
             "signed_by": result.signed_by,
+            "prepared": result.prepared,
         }
         if args.json:
             print(json.dumps(summary, indent=2))
@@ -265,6 +266,8 @@ def _cmd_bundle(args: argparse.Namespace) -> int:
                 + ", ".join(f"{k}: {v}" for k, v in result.directories.items())
                 + signed
             )
+            for name, what in result.prepared.items():
+                print(f"{name}: {what}")
         return EXIT_OK
     if args.bundle_command == "keygen":
         from ._signing import generate_key

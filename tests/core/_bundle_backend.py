@@ -35,6 +35,9 @@ class BundleBackend(FakeBackend):
     #: (kernel, key, target, cache_hit) per compile
     log: ClassVar[list[tuple[str, Any, str | None, bool]]] = []
     relocated: ClassVar[list[tuple[Path, Path]]] = []
+    #: (directory, entries) per prepare_entries call; prepare_error makes it raise
+    prepared: ClassVar[list[tuple[Path, list[str]]]] = []
+    prepare_error: ClassVar[Exception | None] = None
 
     def __init__(self) -> None:
         super().__init__()
@@ -68,6 +71,14 @@ class BundleBackend(FakeBackend):
         data = json.loads(index.read_text())
         data["self"] = str(final)
         index.write_text(json.dumps(data))
+
+    def prepare_entries(self, directory: Path, entries: Any) -> str:
+        if type(self).prepare_error is not None:
+            raise type(self).prepare_error
+        missing = [e for e in entries if not (Path(directory) / e / "index.json").is_file()]
+        assert not missing, f"prepare_entries before the entries were published: {missing}"
+        type(self).prepared.append((Path(directory), list(entries)))
+        return f"{len(entries)} entr(ies) prepared"
 
     # -- compiling ---------------------------------------------------------------------------
 
@@ -132,6 +143,8 @@ def reset() -> None:
         cls.write_nothing = False
         cls.log = []
         cls.relocated = []
+        cls.prepared = []
+        cls.prepare_error = None
     BundleBackend.version = "1.0"
     OtherBundleBackend.version = "2.0"
     for k in (BundledKernel, OtherBundledKernel):

@@ -176,6 +176,30 @@ def test_install_relocates_and_warmup_hits(site, reg, bundle):
     assert [hit for *_, hit in BundleBackend.log] == [True] * 6
 
 
+def test_install_prepares_every_entry_of_the_bundle_once_published(site, bundle):
+    res = warmkit.install_bundle(bundle)
+    names = sorted(e.split("/", 1)[1] for e in res.installed)
+    assert BundleBackend.prepared == [(BundleBackend.root, names)]
+    assert res.prepared == {"fakebundle": "6 entr(ies) prepared"}
+    again = warmkit.install_bundle(bundle)  # a re-install prepares again (e.g. a GPU now)
+    assert again.unchanged and BundleBackend.prepared[-1] == (BundleBackend.root, names)
+
+
+def test_a_failed_prepare_is_reported_and_the_install_stands(site, bundle, caplog, capsys):
+    BundleBackend.prepare_error = RuntimeError("gcc not found")
+    with caplog.at_level("WARNING", logger="warmkit._bundle"):
+        res = warmkit.install_bundle(bundle)
+    assert len(res.installed) == 6  # the entries are published and sound
+    what = res.prepared["fakebundle"]
+    assert what.startswith("not prepared: RuntimeError: gcc not found")
+    assert any(
+        "'fakebundle'" in r.getMessage() and "gcc not found" in r.getMessage()
+        for r in caplog.records
+    )
+    code, stdout, _ = run(capsys, "bundle", "install", str(bundle))  # the CLI says it too
+    assert code == 0 and "fakebundle: not prepared: RuntimeError: gcc not found" in stdout
+
+
 def test_cache_dirs_overrides_the_backend_dir(site, bundle, tmp_path):
     other = tmp_path / "elsewhere"
     res = warmkit.install_bundle(bundle, cache_dirs={"fakebundle": other})

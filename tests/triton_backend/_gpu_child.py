@@ -9,6 +9,8 @@ Modes:
   latency-compile-only  Triton's compile-only fn.warmup (the vLLM way), then bare fn[grid] launches
   aot-fill              (CUDA hidden) ahead-of-time warmup for TARGET into TRITON_CACHE_DIR
   aot-use               (GPU visible) raw launches of the same variants with the monitor armed
+  bundle-build T OUT    (CUDA hidden) build a bundle of the same variants for target T at OUT
+  bundle-install PATH   (GPU visible) install it into TRITON_CACHE_DIR (launchers built there)
 """
 
 from __future__ import annotations
@@ -215,6 +217,15 @@ def main() -> None:
         x, y, o = add_tensors(4096)
         add_kernel[(32,)](x, y, o, 4096, BLOCK=128, num_warps=4)
         result["correct"] = bool(torch.allclose(o, x + y))
+    elif mode == "bundle-build":
+        assert not torch.cuda.is_available(), "bundle-build must run with CUDA hidden"
+        info = warmkit.build_bundle(registry(), sys.argv[3], target=sys.argv[2], progress="off")
+        result["built"] = str(info)
+    elif mode == "bundle-install":
+        assert torch.cuda.is_available()
+        res = warmkit.install_bundle(sys.argv[2])
+        result["installed"] = len(res.installed)
+        result["prepared"] = res.prepared
     else:
         raise SystemExit(f"unknown mode {mode}")
     print(json.dumps(result))

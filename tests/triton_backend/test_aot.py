@@ -78,6 +78,11 @@ def test_real_aot_compile(triton_cache, target, arch, ptx_target):
     record = json.loads((entry / AOT_RECORD).read_text())
     assert record["target"] == target and record["hash"] == art.hash
     assert "Add.CompileKey" in record["key"]
+    # what building its launcher on the GPU host needs: the signature's types, in order
+    sig = record["launcher"]["signature"]
+    assert [name for name, _ in sig] == ["x", "y", "out", "n", "BLOCK"]
+    assert sig[0][1] == sig[2][1] == "*fp32" and sig[4][1] == "constexpr"
+    assert art.launcher == record["launcher"]
     # nothing of the AOT driver is left in the function's in-memory caches
     assert not [d for d in add_kernel.device_caches if str(d).startswith("warmkit-aot")]
     with pytest.raises(RuntimeError, match="cannot launch"):

@@ -134,6 +134,8 @@ def test_build_install_elsewhere_then_disk_hits_only(built, tmp_path):
     summary = json.loads(res.stdout)
     assert summary["installed"] == N_KEYS and summary["unchanged"] == summary["replaced"] == 0
     assert summary["directories"] == {"triton": str(dest)}
+    # the launchers need this host's CUDA driver: none here, said so (test_gpu builds them)
+    assert "not built: no CUDA driver on this host" in summary["prepared"]["triton"]
     assert len(entries(dest)) == N_KEYS
     assert not list(dest.glob(".warmkit-staging-*"))
     assert check_aot_cache(dest) == []  # group files point into the new place

@@ -128,3 +128,22 @@ def test_aot_cache_built_without_gpu_gives_disk_hits_only(tmp_path):
     kinds = [kind for _, kind, _ in used["monitor_events"]]
     assert kinds and set(kinds) == {"disk_hit"}, used["monitor_events"]
     assert len(kinds) == len(filled["statuses"])
+
+
+def test_cpu_built_bundle_install_builds_the_launchers_so_warmup_builds_none(tmp_path):
+    """B3: the gcc-built modules a CPU-built bundle lacks are built by ``bundle install``."""
+    cap = torch.cuda.get_device_capability()
+    target = f"cuda:{cap[0] * 10 + cap[1]}"
+    bundle = tmp_path / "cpu-built.wkb"
+    child("bundle-build", tmp_path / "build-cache", target, str(bundle),
+          env={"CUDA_VISIBLE_DEVICES": ""})  # fmt: skip
+    cache = tmp_path / "serving-cache"
+    installed = child("bundle-install", cache, str(bundle))
+    assert installed["installed"] > 0
+    assert "launcher(s) built or found" in installed["prepared"]["triton"], installed
+    modules = sorted(str(p.relative_to(cache)) for p in cache.rglob("*.so"))
+    assert modules, "install built no module"
+    warm = child("latency-device", cache)
+    assert set(warm["statuses"]) == {"cached"}
+    # the device warmup found every launcher (and cuda_utils) built: gcc did not run
+    assert sorted(str(p.relative_to(cache)) for p in cache.rglob("*.so")) == modules

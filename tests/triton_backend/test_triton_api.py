@@ -210,6 +210,43 @@ def check_compiled_kernel_structure() -> None:
     assert "launch_metadata" in vars(CompiledKernel)
 
 
+@canary("launcher_recipe", "build_launcher")
+def check_launcher_recipe(triton_cache) -> None:
+    import json
+
+    import torch
+    from triton.backends.nvidia import driver as nv
+
+    compiled, device = aot_compile()
+    api.drop_device(add_kernel, device)
+    recipe = api.launcher_recipe(compiled)
+    assert recipe == {
+        "signature": [["x", "*fp32"], ["y", "*fp32"], ["out", "*fp32"], ["n", "i32"],
+                      ["BLOCK", "constexpr"]]
+    }  # fmt: skip
+    json.dumps(recipe)  # it is kept in the AOT record
+    init = inspect.getsource(nv.CudaLauncher.__init__)
+    assert "src.signature" in init and "src.constants" in init  # what build_launcher passes
+    if api.version_tuple(triton.__version__) < (3, 9):
+        # the per-signature C source depends on the signature's types and tensordesc_meta only
+        body = inspect.getsource(nv.make_launcher).split("\n", 1)[1]
+        assert "constants" not in body and "signature" in body
+        assert "make_launcher(constants, signature, tensordesc_meta)" in init
+    else:
+        assert "utils.launch" in init  # one generic launcher, in cuda_utils
+    metadata = json.loads((entry_dir(compiled) / f"{compiled.name}.json").read_text())
+    if not torch.cuda.is_available():
+        with pytest.raises(RuntimeError):  # no CUDA driver: nothing can be built here
+            api.build_launcher(recipe, metadata)
+        return
+    before = set(triton_cache.rglob("*.so"))
+    api.build_launcher(recipe, metadata)
+    api.build_launcher(recipe, metadata)  # the second time: Triton's cache
+    built = set(triton_cache.rglob("*.so")) - before
+    if api.version_tuple(triton.__version__) < (3, 9):
+        assert any(p.name.startswith("__triton_launcher") for p in built), built
+
+
 @canary("direct_launch", "runtime_knobs", "hook_chain_active")
 def check_launcher_layout() -> None:
     from triton.backends.nvidia.driver import CudaLauncher

@@ -28,7 +28,7 @@ import logging
 import os
 import threading
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -48,6 +48,7 @@ from ._aot import (
     describe_entry,
     fingerprint,
     parse_target,
+    prepare_entries,
     relocate_cache_entry,
     routing,
     validate_target,
@@ -457,6 +458,7 @@ class TritonBackend:
             name=fname,
             cache_dir=cache_dir(),
             cache_hit=hit is not False,
+            launcher=api.launcher_recipe(compiled),
         )
         fleet = current_fleet()
         if fleet is None or not fleet.read_only:  # read-only serving writes nothing
@@ -583,6 +585,10 @@ class TritonBackend:
     def relocate_cache_entry(self, staged: Path, final: Path) -> None:
         """Point the group files of an entry staged at ``staged`` to ``final`` (absolute paths)."""
         relocate_cache_entry(staged, final)
+
+    def prepare_entries(self, directory: Path, entries: Sequence[str]) -> str:
+        """Build installed AOT entries' C launchers on this GPU host (``_aot.prepare_entries``)."""
+        return prepare_entries(directory, entries)
 
     def _forget_in_memory(self, fn: Any) -> None:
         if self._redirects == 0:

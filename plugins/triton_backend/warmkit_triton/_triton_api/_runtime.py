@@ -170,6 +170,52 @@ def load_handles(compiled: Any) -> None:
     compiled._init_handles()
 
 
+def launcher_recipe(compiled: Any) -> dict[str, Any] | None:
+    """What building ``compiled``'s C launcher needs besides its cache entry, as JSON; None if unknown.
+
+    The launcher is not in the kernel's cache entry: ``CudaLauncher(src,
+    metadata)`` builds it with gcc at the first load. On 3.6 its C source comes
+    from ``src.signature``'s types and the entry's ``tensordesc_meta`` only
+    (``make_launcher`` ignores the constants); 3.9 has one generic launcher in
+    ``cuda_utils``. So the signature, kept with the entry, lets another host
+    build the very launcher a load would (:func:`build_launcher`).
+
+    Checked: 3.6.0, 3.9.0.
+    """
+    signature = getattr(getattr(compiled, "src", None), "signature", None)
+    if not isinstance(signature, Mapping):
+        return None
+
+    def plain(ty: Any) -> Any:  # nested tuples (tuple arguments) become lists
+        return [plain(t) for t in ty] if isinstance(ty, tuple) else str(ty)
+
+    return {"signature": [[str(name), plain(ty)] for name, ty in signature.items()]}
+
+
+def build_launcher(recipe: Mapping[str, Any], metadata: Mapping[str, Any]) -> None:
+    """Build (or find in Triton's cache) the launcher of an entry, as its first load would.
+
+    It runs the active driver's own ``launcher_cls(src, metadata)`` with the
+    recorded signature and the entry's metadata JSON, so the C source, and so
+    the cache key of the built module, are Triton's. Needs a CUDA driver: the
+    module links against ``libcuda`` and is imported once built.
+
+    Raises:
+        RuntimeError: no active CUDA driver here; gcc or the import failed.
+    Checked: 3.6.0, 3.9.0.
+    """
+    from types import SimpleNamespace
+
+    def typed(ty: Any) -> Any:
+        return tuple(typed(t) for t in ty) if isinstance(ty, list) else ty
+
+    signature = {name: typed(ty) for name, ty in recipe["signature"]}
+    src = SimpleNamespace(
+        signature=signature, constants={}, fn=SimpleNamespace(arg_names=list(signature))
+    )
+    active_driver().launcher_cls(src, SimpleNamespace(**metadata))
+
+
 class Launcher(NamedTuple):
     """What a direct launch needs of a ``CompiledKernel``."""
 
