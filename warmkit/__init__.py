@@ -48,6 +48,7 @@ from ._exceptions import (
 )
 from ._fleet import Fleet, current_fleet
 from ._kernel import JitKernel
+from ._prepare import Prepares, prepare
 from ._record import (
     RecordedEntry,
     Recorder,
@@ -67,7 +68,7 @@ from ._report import ReportEntry, WarmupReport
 from ._space import Choices, DispatchInfo, IntRange, ZipGroup, zip_inputs
 from ._version import __version__
 from ._warmup import WarmupConfig, warmup
-from ._workers import ProcessCompiles, prepare
+from ._workers import ProcessCompiles
 
 __all__ = [
     "Backend",
@@ -95,6 +96,7 @@ __all__ = [
     "MonitorHooks",
     "PluginFailure",
     "PluginLoadError",
+    "Prepares",
     "PreparesEntries",
     "ProcessCompiles",
     "RecordReplay",

@@ -20,6 +20,7 @@ import attrs
 from . import _envs, _memo, metrics, monitor
 from ._backend import CanonicalTargets, ReportsTuning
 from ._exceptions import BackendUnavailableError, WarmupError
+from ._prepare import join as join_setup
 from ._record import resolve_recorded, start_recording
 from ._report import ReportEntry, WarmupReport
 from ._runner import CANCELLED, NOT_ATTEMPTED, run
@@ -187,6 +188,9 @@ def warmup(config: WarmupConfig | None = None, registry: Any = None) -> WarmupRe
     _allowed()  # an unknown name in WARMKIT_PLUGINS is a usage error, not a failed key
 
     t_start = time.perf_counter()
+    # The one-time setup warmkit.prepare() started: finished before planning needs it, and
+    # any wait for it counts in this warmup's seconds.
+    setup_failures = join_setup()
     # Plan first: a registration that cannot be planned fails before anything is installed.
     plan = registry.resolve()
     recorded = resolve_recorded(registry.recorded())
@@ -272,6 +276,7 @@ def warmup(config: WarmupConfig | None = None, registry: Any = None) -> WarmupRe
     check_target(config.target, [b for b in groups if b is not None])
 
     loop = _Run(config, n_keys, jobs, t_start, recorded_keys)
+    loop.setup_failures = setup_failures
     interrupted: KeyboardInterrupt | None = None
     if config.on_error == "raise" and any(e.status == "failed" for e in entries):
         loop.aborted = True
@@ -422,6 +427,7 @@ class _Run:
         self._per_kernel: dict[str, float] = {}
         self._procs: Any = None
         self.fleet: Any = None
+        self.setup_failures: dict[str, BaseException] = {}
 
     def close(self) -> None:
         if self._bar is not None:
@@ -464,6 +470,9 @@ class _Run:
         if backend_name is not None:
             try:
                 backend, target = _prepare_backend(backend_name, items, target)
+                failure = self.setup_failures.pop(backend_name, None)
+                if failure is not None:  # warmkit.prepare()'s setup of this backend raised
+                    raise failure
             except Exception as exc:  # noqa: BLE001 -- reported as this key's failure
                 self._fail_all(items, backend_name, exc)
                 if self.config.on_error == "raise":

@@ -9,9 +9,9 @@ key is a cache hit (it loads the result, builds what the device needs, and
 reports the key).
 
 * Workers are spawned (never forked: the parent may hold a CUDA context and
-  threads) and reused: ``warmkit.prepare()`` starts them early, so their
-  imports (the DSL, the kernels' modules) overlap with the engine's startup
-  instead of the warmup.
+  threads) and reused: ``warmkit.prepare()`` (``_prepare``) starts them early,
+  so their imports (the DSL, the kernels' modules) overlap with the engine's
+  startup instead of the warmup.
 * A worker that dies (a crash in a compiler, an OOM kill) fails that key only,
   with the exit code in its error; the pool replaces the worker (``pebble``).
   A worker that raises is no failure by itself: the parent compiles the key
@@ -37,7 +37,7 @@ from . import _envs
 from ._backend import ReportsCacheHit, _Capability, target_scope
 from ._exceptions import WorkerDiedError
 
-__all__ = ["ProcessCompiles", "prepare", "shutdown", "worker_pool"]
+__all__ = ["ProcessCompiles", "shutdown", "start_workers", "worker_pool"]
 
 logger = logging.getLogger(__name__)
 
@@ -108,11 +108,12 @@ def _default_modules() -> list[str]:
     return [m for m in ("torch", "triton") if importlib.util.find_spec(m) is not None]
 
 
-def prepare(jobs: int | None = None, modules: list[str] | None = None) -> int:
+def start_workers(jobs: int | None = None, modules: list[str] | None = None) -> int:
     """Start the compile worker processes now, in the background; returns how many.
 
-    Call it early (before building the engine): the workers import the DSL
-    meanwhile, so a later ``warmkit.warmup`` finds them ready. Idempotent.
+    ``warmkit.prepare()`` calls it early (before the engine is built): the
+    workers import the DSL meanwhile, so a later ``warmkit.warmup`` finds them
+    ready. Idempotent.
 
     Args:
         jobs: how many workers; default ``WARMKIT_JOBS``, else the number of CPUs.
@@ -166,7 +167,7 @@ def worker_pool(backend: Any, target: str | None, keys: int, jobs: int) -> _Work
     if importlib.util.find_spec("pebble") is None:
         logger.warning("compile worker processes need pebble (pip install pebble); using threads")
         return None
-    prepare(jobs)
+    start_workers(jobs)
     return _Workers(_pool, worker_target)
 
 

@@ -18,6 +18,7 @@ import hashlib
 import inspect
 import re
 import shutil
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -306,6 +307,33 @@ def check_ptxas() -> None:
     info = api.ptxas_info(90)
     assert Path(info["path"]).is_file(), info
     assert "ptxas" in info["version"].lower() or "cuda" in info["version"].lower(), info
+
+
+@canary("ptxas_path")
+def check_ptxas_path() -> None:
+    path = api.ptxas_path(90)
+    assert path == api.ptxas_info(90)["path"] and Path(path).is_file(), path
+
+
+@canary("ptxas_version_inputs", "prime_ptxas_version", "forget_ptxas_version")
+def check_ptxas_version_cache() -> None:
+    api.forget_ptxas_version()
+    from triton.backends.nvidia import compiler as nv
+
+    assert nv.get_ptxas_version.cache_info().currsize == 0
+    inputs = api.prime_ptxas_version(90)
+    assert inputs == api.ptxas_version_inputs(90) == (api.ptxas_path(90), None)
+    assert nv.get_ptxas_version.cache_info().currsize == 1
+    api.forget_ptxas_version()
+    assert nv.get_ptxas_version.cache_info().currsize == 0
+
+
+@canary("prime_specializer")
+def check_prime_specializer() -> None:
+    # Its point is the specializer's lazy import (which a fresh process lacks; the
+    # Triton tests' test_prepare checks that in one): here, that it calls through.
+    api.prime_specializer()
+    assert "triton.experimental.gluon" in sys.modules
 
 
 # -- parallel compiles -----------------------------------------------------------------------------

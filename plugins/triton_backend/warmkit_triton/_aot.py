@@ -142,7 +142,7 @@ def validate_target(target: str) -> Target:
         TypeError: not a string.
     """
     tgt = parse_target(target)
-    path = api.ptxas_info(tgt.arch).get("path")
+    path = api.ptxas_path(tgt.arch)  # not its version: warmkit.prepare() calls this early
     try:
         archs = _ptxas_archs(str(path)) if path and os.path.isfile(path) else frozenset()
     except (OSError, subprocess.SubprocessError) as exc:  # cannot tell here; the compile will say

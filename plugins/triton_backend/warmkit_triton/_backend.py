@@ -37,7 +37,7 @@ import attrs
 
 from warmkit import current_fleet
 
-from . import _autotune, _hooks, _tuned
+from . import _autotune, _hooks, _setup, _tuned
 from . import _triton_api as api
 from ._aot import (
     AotArtifact,
@@ -200,6 +200,17 @@ class TritonBackend:
         """
         return str(validate_target(target))
 
+    def prepare(self, target: str | None) -> None:
+        """The process's one-time setup, run early by ``warmkit.prepare()`` (``warmkit.Prepares``).
+
+        Triton's import and ``triton_key()``, the specializer's lazy imports, the
+        ptxas probes for a CUDA ``target``, and the driver (``_setup``).
+
+        Raises:
+            ValueError: ``target`` is malformed or this ptxas cannot compile for it.
+        """
+        _setup.prepare(target)
+
     def parallelism(self, target: str | None) -> int:
         """Compiles worth running at once: one per CPU core (Triton releases the GIL), at most 32."""
         return max(1, min(os.cpu_count() or 1, 32))
@@ -235,6 +246,7 @@ class TritonBackend:
             TritonNotInstalledError: Triton is missing.
         """
         require_triton()
+        _setup.check()  # what warmkit.prepare() read early is still what this warmup reads
         if target == INTERPRETER:
             target = None
         tgt = parse_target(target) if target is not None else None

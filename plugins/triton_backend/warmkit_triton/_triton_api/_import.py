@@ -53,7 +53,11 @@ def _import_triton() -> ModuleType:
         raise TritonNotInstalledError(f"Triton is not installed ({exc})") from exc
 
 
-_key_cache_done = False
+# 0: not installed, 1: being installed (by the holder of _install_lock), 2: installed.
+_key_cache_state = 0
+# Reentrant: installing calls back into accessors that call require_triton() (they see 1 and
+# go on); another thread (warmkit.prepare()'s setup) waits until it is installed.
+_install_lock = threading.RLock()
 
 
 def require_triton() -> ModuleType:
@@ -73,14 +77,19 @@ def require_triton() -> ModuleType:
             f"{MIN_TRITON[0]}.{MIN_TRITON[1]}",
             found=version,
         )
-    global _key_cache_done
-    if not _key_cache_done:
-        _key_cache_done = True
-        from .. import _keycache
+    global _key_cache_state
+    if _key_cache_state != 2:
+        with _install_lock:
+            if _key_cache_state == 0:
+                _key_cache_state = 1
+                try:
+                    from .. import _keycache
 
-        _keycache.install()  # a warm restart skips hashing libtriton.so again
-        if AST_PARSE_RACES:
-            serialize_ast_parse()
+                    _keycache.install()  # a warm restart skips hashing libtriton.so again
+                    if AST_PARSE_RACES:
+                        serialize_ast_parse()
+                finally:
+                    _key_cache_state = 2
     return triton
 
 

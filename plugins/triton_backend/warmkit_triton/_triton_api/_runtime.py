@@ -118,6 +118,16 @@ def scalar_specializer() -> Callable[[Any, bool, bool], tuple[Any, ...]]:
     return spec
 
 
+def prime_specializer() -> None:
+    """Run Triton's C specializer once, so that its one-time lazy imports happen now.
+
+    On its first call ``native_specialize_impl`` imports the classes it
+    recognises, ``triton.experimental.gluon`` among them (~70 ms on the CPU
+    box); ``warmkit.prepare()`` pays that in the background. Checked: 3.6.0, 3.9.0.
+    """
+    scalar_specializer()(16, True, True)
+
+
 def wrap_warmup_arg(arg: Any) -> Any:
     """What ``JITFunction.warmup`` does to a positional argument (a torch dtype becomes a ``MockTensor``).
 
@@ -379,6 +389,53 @@ def default_driver() -> Any:
     from triton.runtime.driver import driver
 
     return driver.default
+
+
+def ptxas_path(arch: int) -> str | None:
+    """The path of the ptxas Triton uses for ``arch`` (``TRITON_PTXAS*_PATH`` or the bundled one).
+
+    Unlike the version (:func:`ptxas_info`), which Triton caches per arch for
+    the process's life, the tool is looked up by path on every call, so asking
+    early latches nothing. None without Triton's NVIDIA backend or a usable
+    ptxas. Checked: 3.6.0, 3.9.0.
+    """
+    try:
+        from triton.backends.nvidia import compiler as nv
+
+        return str(nv.get_ptxas(arch).path)
+    except Exception:  # noqa: BLE001 - no NVIDIA backend or no ptxas: nothing to probe
+        return None
+
+
+def ptxas_version_inputs(arch: int) -> tuple[str | None, str | None]:
+    """What Triton's ptxas version for ``arch`` is read with: the ptxas path and ``TRITON_MOCK_PTX_VERSION``.
+
+    ``get_ptxas_version`` caches its answer per arch for the process's life
+    (``functools.lru_cache``) and returns the mock version instead when that is
+    set. Checked: 3.6.0, 3.9.0.
+    """
+    from triton import knobs
+
+    return ptxas_path(arch), knobs.nvidia.mock_ptx_version
+
+
+def prime_ptxas_version(arch: int) -> tuple[str | None, str | None]:
+    """Fill Triton's cache of the ptxas version for ``arch`` now; return :func:`ptxas_version_inputs`.
+
+    Checked: 3.6.0, 3.9.0.
+    """
+    from triton.backends.nvidia import compiler as nv
+
+    inputs = ptxas_version_inputs(arch)
+    nv.get_ptxas_version(arch)
+    return inputs
+
+
+def forget_ptxas_version() -> None:
+    """Empty Triton's cache of ptxas versions: the next cache key asks ptxas again. Checked: 3.6.0, 3.9.0."""
+    from triton.backends.nvidia import compiler as nv
+
+    nv.get_ptxas_version.cache_clear()
 
 
 def ptxas_info(arch: int) -> dict[str, str | None]:

@@ -1,0 +1,81 @@
+"""The process's one-time Triton setup that ``warmkit.prepare()`` runs early (``TritonBackend.prepare``).
+
+A warm restart's warmup spent most of its time on costs every process pays
+once before its first Triton cache lookup, not on its keys (``docs/performance.md``):
+
+* ``import triton`` and its fingerprint ``triton_key()`` (the stored digest
+  of ``libtriton.so``, or on a machine's first run its ~0.3 s sha256);
+* the C specializer's lazy imports on its first call, ``triton.experimental.gluon``
+  among them (70-95 ms on the CPU box);
+* for a CUDA target: the ptxas lookup (``ptxas --version``), the target check's
+  ``ptxas --help``, and the ptxas version every cache key contains (one more
+  ``ptxas --version``);
+* with a GPU, Triton's driver (its ``cuda_utils`` module, built with gcc on first use).
+
+:func:`prepare` does them in ``warmkit.prepare()``'s background thread. None of
+them reads the kernels. One reads a setting a warmup reads again later: Triton
+caches the ptxas version per architecture only, for the life of the process, so
+a ``TRITON_PTXAS_PATH`` (or ``TRITON_MOCK_PTX_VERSION``) set after
+``prepare()`` would leave it stale. :func:`prepare` remembers what the version
+was read with, and :func:`check` (called by ``compile_scope``, before any key)
+drops Triton's cached version when that changed, so the warmup asks the ptxas
+it will compile with.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+from . import _triton_api as api
+from ._aot import validate_target
+
+__all__ = ["check", "prepare"]
+
+logger = logging.getLogger(__name__)
+
+_lock = threading.Lock()
+#: arch -> what Triton's cached ptxas version for it was read with (``api.ptxas_version_inputs``)
+_primed: dict[int, Any] = {}
+
+
+def prepare(target: str | None) -> None:
+    """Do the one-time setup for ``target`` (None = this device); see the module docstring.
+
+    Raises:
+        ValueError: ``target`` is malformed or this ptxas cannot compile for it.
+    """
+    try:
+        api.require_triton()
+    except api.TritonNotInstalledError:
+        return  # warmup reports it per key, with the install hint
+    api.triton_key()
+    api.prime_specializer()
+    if target is not None and target != "interpreter":
+        arch = validate_target(target).arch
+        inputs = api.prime_ptxas_version(arch)
+        with _lock:
+            _primed[arch] = inputs
+    if not api.interpreting():
+        try:
+            api.default_driver()
+        except Exception as exc:  # noqa: BLE001 - no GPU: a device warmup says so per key
+            logger.debug("prepare: no Triton driver (%s)", exc)
+
+
+def check() -> None:
+    """Drop Triton's cached ptxas version if what :func:`prepare` read it with has changed since."""
+    with _lock:
+        primed = dict(_primed)
+        _primed.clear()  # checked once: a later change is Triton's own business, as without prepare()
+    for arch, inputs in primed.items():
+        now = api.ptxas_version_inputs(arch)
+        if now != inputs:
+            logger.info(
+                "ptxas for sm_%d changed since warmkit.prepare() (%s -> %s): Triton asks it again",
+                arch,
+                inputs,
+                now,
+            )
+            api.forget_ptxas_version()

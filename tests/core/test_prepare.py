@@ -1,0 +1,134 @@
+"""``warmkit.prepare()``: the one-time setup in a background thread, joined by ``warmup``."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import ClassVar
+
+import pytest
+
+import warmkit
+from warmkit import WarmupConfig, WarmupError, WarmupRegistry
+from warmkit.testing import backend_override
+
+from ._kernels import FakeBackend, PyKernel, ScaleKernel
+
+#: prepare() only for the fake backend: the installed ones (Triton) are not the subject here.
+FAKE = WarmupConfig(backends=("fake",), jobs=1, progress="off")
+
+
+class PreparingBackend(FakeBackend):
+    """The fake backend with a setup that logs, may wait for ``release`` and may raise."""
+
+    events: ClassVar[list[tuple[str, str]]] = []
+    release: ClassVar[threading.Event | None] = None
+    error: ClassVar[Exception | None] = None
+
+    def prepare(self, target: str | None) -> None:
+        if self.release is not None:
+            assert self.release.wait(10)
+        if self.error is not None:
+            raise self.error
+        self.events.append(("setup", threading.current_thread().name))
+
+    def compile(self, kernel, key, target):
+        self.events.append(("compile", threading.current_thread().name))
+        return super().compile(kernel, key, target)
+
+
+@pytest.fixture
+def backend():
+    PreparingBackend.events, PreparingBackend.release, PreparingBackend.error = [], None, None
+    with backend_override("fake", PreparingBackend()) as b:
+        yield b
+
+
+def registry(*kernels) -> WarmupRegistry:
+    reg = WarmupRegistry()
+    for kernel in kernels:
+        if kernel is ScaleKernel:
+            reg.add(ScaleKernel, n=[1, 8])
+        else:
+            reg.add(kernel, n=[3])
+    return reg
+
+
+def test_the_setup_runs_in_a_background_thread_and_warmup_waits_for_it(backend):
+    PreparingBackend.release = threading.Event()
+    assert warmkit.prepare(FAKE) == 0  # jobs=1: no worker processes
+    threading.Timer(0.3, PreparingBackend.release.set).start()
+    t0 = time.perf_counter()
+    report = warmkit.warmup(WarmupConfig(progress="off"), registry(ScaleKernel))
+    assert time.perf_counter() - t0 >= 0.3
+    assert report.seconds >= 0.3  # the wait is the warmup's, not hidden
+    assert [e.status for e in report.entries] == ["compiled", "compiled"]
+    kinds = [kind for kind, _ in PreparingBackend.events]
+    assert kinds == ["setup", "compile", "compile"]  # set up before its first compile
+    assert PreparingBackend.events[0][1] == "warmkit-prepare"
+    assert PreparingBackend.events[1][1] == threading.current_thread().name
+
+
+def test_prepare_is_idempotent_until_a_warmup_joins_it(backend):
+    PreparingBackend.release = threading.Event()
+    warmkit.prepare(FAKE)
+    warmkit.prepare(FAKE)
+    PreparingBackend.release.set()
+    warmkit.warmup(WarmupConfig(progress="off"), registry(ScaleKernel))
+    assert [k for k, _ in PreparingBackend.events].count("setup") == 1
+    warmkit.prepare(FAKE)  # after the join: a new setup
+    warmkit.warmup(WarmupConfig(progress="off"), registry(ScaleKernel))
+    assert [k for k, _ in PreparingBackend.events].count("setup") == 2
+
+
+def test_a_failed_setup_fails_that_backends_keys_naming_the_plugin(backend):
+    PreparingBackend.error = RuntimeError("setup exploded")
+    warmkit.prepare(FAKE)
+    with pytest.raises(WarmupError) as info:
+        warmkit.warmup(
+            WarmupConfig(progress="off", on_error="collect"), registry(ScaleKernel, PyKernel)
+        )
+    report = info.value.report
+    by_kernel = {(e.kernel, e.status) for e in report.entries}
+    # the other kernel (no backend) compiled: one backend's setup fails only its keys
+    assert by_kernel == {(ScaleKernel.name, "failed"), (PyKernel.name, "compiled")}
+    failed = [e for e in report.entries if e.status == "failed"]
+    assert len(failed) == 2
+    for entry in failed:
+        assert "setup exploded" in entry.error
+        assert "backend plugin 'fake'" in entry.error and "warmkit.prepare()" in entry.error
+        assert entry.exception is PreparingBackend.error
+    assert report.monitor == "off"  # a failed warmup arms nothing
+    # the failure belonged to that warmup: the next one runs normally
+    PreparingBackend.error = None
+    again = warmkit.warmup(WarmupConfig(progress="off"), registry(ScaleKernel))
+    assert [e.status for e in again.entries] == ["compiled", "compiled"]
+
+
+def test_a_backend_without_setup_and_one_that_cannot_load_are_left_alone():
+    # FakeBackend has no prepare(); 'nonexistent' is no installed backend: neither fails
+    # anything, and the warmup reports what it would have without prepare().
+    with backend_override("fake", FakeBackend()):
+        warmkit.prepare(WarmupConfig(backends=("fake", "nonexistent"), jobs=1))
+        report = warmkit.warmup(WarmupConfig(progress="off"), registry(ScaleKernel))
+    assert [e.status for e in report.entries] == ["compiled", "compiled"]
+
+
+def test_disabled_prepare_does_nothing(backend):
+    assert warmkit.prepare(WarmupConfig(enabled=False, backends=("fake",))) == 0
+    warmkit.warmup(WarmupConfig(progress="off"), registry(ScaleKernel))
+    assert "setup" not in [k for k, _ in PreparingBackend.events]
+
+
+def test_the_environment_form_reads_warmkit_variables(backend, monkeypatch):
+    monkeypatch.setenv("WARMKIT_BACKENDS", "fake")
+    assert warmkit.prepare(2) == 0  # auto: 2 jobs stay on threads, no worker processes
+    monkeypatch.setenv("WARMKIT_COMPILE_PROCESSES", "off")  # none whatever the jobs
+    assert warmkit.prepare(4) == 0
+    warmkit.warmup(WarmupConfig(progress="off"), registry(ScaleKernel))
+    assert PreparingBackend.events[0][0] == "setup"
+
+
+def test_prepares_is_a_capability():
+    assert isinstance(PreparingBackend(), warmkit.Prepares)
+    assert not isinstance(FakeBackend(), warmkit.Prepares)
