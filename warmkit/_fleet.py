@@ -288,7 +288,9 @@ class Fleet:
             return self._through_store(plain, backend, ek, store_key, name, key, target)
 
     def _entry_key(self, backend: Any, kernel: Any, key: Any, target: str | None) -> str | None:
-        if not _supports_entries(backend) or kernel._warmkit_in_memory(key, target):
+        if backend is None or not _supports_entries(backend):
+            return None
+        if kernel._warmkit_in_memory(key, target):
             return None
         # A kernel whose compile() does not use the backend's entry is caught by _load():
         # it reports what its executor says (cache_hit), never a status it did not earn.

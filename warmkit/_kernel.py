@@ -305,17 +305,13 @@ class JitKernel(Generic[K]):
         else:
             cache, inflight = cls._warmkit_target_executors, cls._warmkit_target_inflight
             ckey = (target, key)
+        mine = _Pending()
         with cls._warmkit_lock:
             executor = cache.get(ckey, _MISSING)
             if executor is not _MISSING:
                 return executor, True
-            pending = inflight.get(ckey)
-            if pending is None:
-                pending = inflight[ckey] = _Pending()
-                owner = True
-            else:
-                owner = False
-        if not owner:
+            pending = inflight.setdefault(ckey, mine)  # one hash of the key, not two
+        if pending is not mine:
             return pending.wait(), True
         try:
             with monitor.managed_compile(), target_scope(target):

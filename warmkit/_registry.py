@@ -35,7 +35,7 @@ from ._record import (
     read_manifest_data,
     write_atomic,
 )
-from ._space import Choices, IntRange, ZipGroup, _names
+from ._space import Choices, IntRange, ZipGroup, _names, check_keyword_names
 from ._version import __version__
 
 __all__ = [
@@ -209,8 +209,13 @@ class WarmupRegistry:
             ValueError: a space larger than the kernel's ``max_points``.
         """
         out: dict[str, tuple[Any, dict[Any, None]]] = {}
+        fresh: dict[type, Any] = {}  # one fresh instance per class, not per registration
         for reg in self:
-            inst = reg.kernel_instance()
+            inst = reg._instance() if reg._instance is not None else None
+            if inst is None:
+                inst = fresh.get(reg.kernel_cls)
+                if inst is None:
+                    inst = fresh[reg.kernel_cls] = reg.kernel_instance()
             try:
                 keys = inst.get_warmup_keys(*reg.zip_groups, **reg.space)
             except Exception as exc:
@@ -438,7 +443,11 @@ def check_registration(cls: Any, zip_groups: Any, space: Any) -> None:
             dispatch does not accept, or a value that is not plain immutable data.
         ValueError: a name given twice.
     """
-    cls.dispatch_info().check_names(cls.name, _names(zip_groups, space))
+    info = cls.dispatch_info()
+    if zip_groups:
+        info.check_names(cls.name, _names(zip_groups, space))
+    else:
+        check_keyword_names(cls.name, info, space)
     for name, value in space.items():
         _check_plain(cls.name, name, value)
     for i, group in enumerate(zip_groups):
@@ -510,6 +519,8 @@ def warn_unregistered(kernel: str, space: Any) -> None:
 
 
 def _canon(v: Any) -> Any:
+    if type(v) in _CANON_AS_IS:
+        return (type(v).__name__, v)
     if isinstance(v, tuple):
         return ("tuple", tuple(_canon(x) for x in v))
     if isinstance(v, float) and math.isnan(v):
@@ -518,7 +529,12 @@ def _canon(v: Any) -> Any:
     return (type(v).__name__, v)
 
 
+_CANON_AS_IS = frozenset({type(None), bool, int, str})
+
+
 def _canon_axis(v: Any) -> Any:
+    if type(v) in _CANON_AS_IS:
+        return (type(v).__name__, v)
     if isinstance(v, IntRange):
         if v.advance is None:
             return ("IntRange", v.start, v.stop, v.step or 1)

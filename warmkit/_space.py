@@ -301,14 +301,19 @@ def expand(
             something other than the kernel's ``CompileKey``.
         ValueError: a name given twice; more than ``max_points`` points.
     """
-    names = _names(zip_groups, space)
-    info.check_names(kernel_name, names)
-    missing = [n for n, d in info.params.items() if d is inspect.Parameter.empty and n not in names]
-    if missing:
-        raise TypeError(
-            f"kernel {kernel_name!r}: the space gives no value for required dispatch input(s) "
-            f"{', '.join(map(repr, missing))}"
-        )
+    if zip_groups:
+        names = _names(zip_groups, space)
+        _check_complete(kernel_name, info, names)
+    else:
+        # Without zip groups, whether a space's names are complete and accepted depends
+        # only on the names: checked once per kernel and set of names.
+        names = list(space)
+        seen = (id(info), tuple(names))
+        if _complete.get(seen) is not info:
+            _check_complete(kernel_name, info, names)
+            _remember(_complete, seen, info)
+        if where is None and all(type(v) in _ONE_VALUE for v in space.values()):
+            return _one_point(kernel_name, dispatch, info, space, max_points)
 
     pred, pred_args = _bind_where(kernel_name, where, names, info)
     read_by_where = {a for a, _ in pred_args}
@@ -334,13 +339,7 @@ def expand(
         axes.append(values)
         axis_names.append((name,))
 
-    total = math.prod(_axis_len(a) for a in axes)
-    if total > max_points:
-        raise ValueError(
-            f"kernel {kernel_name!r}: the search space has {total:,} points, over the "
-            f"limit of {max_points:,}; narrow it, couple inputs with zip_inputs(), or raise "
-            "the kernel's max_points (WARMKIT_MAX_POINTS)"
-        )
+    _check_budget(kernel_name, math.prod(_axis_len(a) for a in axes), max_points)
 
     flat_names = tuple(itertools.chain.from_iterable(axis_names))
     nz = len(zip_groups)
@@ -354,25 +353,107 @@ def expand(
             kwargs.update(fixed)
         if pred is not None and not pred(**{a: kwargs.get(a, d) for a, d in pred_args}):
             continue
-        try:
-            key = dispatch(**kwargs)
-        except TypeError as exc:
-            raise TypeError(
-                f"kernel {kernel_name!r}: dispatch({_fmt(kwargs)}) failed: {exc}"
-            ) from exc
-        if key_type is not None and not isinstance(key, key_type):
-            raise TypeError(
-                f"kernel {kernel_name!r}: dispatch({_fmt(kwargs)}) returned {key!r}, not a "
-                f"{key_type.__qualname__} (a missing return?)"
-            )
-        try:
-            keys[key] = None
-        except TypeError as exc:
-            raise TypeError(
-                f"kernel {kernel_name!r}: dispatch({_fmt(kwargs)}) returned {key!r}, which is "
-                f"not hashable ({exc}); CompileKey fields must be hashable (a tuple, not a list)"
-            ) from exc
+        _add_key(keys, kernel_name, dispatch, key_type, kwargs)
     return list(keys)
+
+
+#: Values ``axis_values`` turns into one alternative (itself): a space of only these is one point.
+_ONE_VALUE = frozenset({type(None), bool, int, float, str, tuple})
+
+# (id(info), names) -> info, for spaces whose names were checked; the value keeps info
+# alive, so its id is never another's.
+_complete: dict[tuple[int, tuple[str, ...]], DispatchInfo] = {}
+_accepted: dict[tuple[int, tuple[str, ...]], DispatchInfo] = {}
+_REMEMBERED = 4096
+
+
+def _remember(
+    table: dict[tuple[int, tuple[str, ...]], DispatchInfo],
+    seen: tuple[int, tuple[str, ...]],
+    info: DispatchInfo,
+) -> None:
+    if len(table) >= _REMEMBERED:
+        table.clear()
+    table[seen] = info
+
+
+def _check_complete(kernel_name: str, info: DispatchInfo, names: Sequence[str]) -> None:
+    info.check_names(kernel_name, names)
+    missing = [n for n, d in info.params.items() if d is inspect.Parameter.empty and n not in names]
+    if missing:
+        raise TypeError(
+            f"kernel {kernel_name!r}: the space gives no value for required dispatch input(s) "
+            f"{', '.join(map(repr, missing))}"
+        )
+
+
+def check_keyword_names(kernel_name: str, info: DispatchInfo, space: Mapping[str, Any]) -> None:
+    """``info.check_names`` for a space without zip groups, remembered per set of names.
+
+    Raises:
+        TypeError: an input dispatch does not accept.
+    """
+    seen = (id(info), tuple(space))
+    if _accepted.get(seen) is not info:
+        info.check_names(kernel_name, seen[1])
+        _remember(_accepted, seen, info)
+
+
+def _one_point(
+    kernel_name: str,
+    dispatch: Callable[..., Hashable],
+    info: DispatchInfo,
+    space: Mapping[str, Any],
+    max_points: int,
+) -> list[Hashable]:
+    """``expand`` of a space whose every value is one alternative: the same checks, one call."""
+    kwargs: dict[str, Any] = {}
+    fixed: dict[str, Any] = {}
+    for name, value in space.items():  # the argument order of expand's loop, for its messages
+        if name in info.params and name not in info.used:
+            fixed[name] = value
+        else:
+            kwargs[name] = value
+    if fixed:
+        kwargs.update(fixed)
+    _check_budget(kernel_name, 1, max_points)
+    keys: dict[Hashable, None] = {}
+    _add_key(keys, kernel_name, dispatch, info.key_type, kwargs)
+    return list(keys)
+
+
+def _check_budget(kernel_name: str, total: int, max_points: int) -> None:
+    if total > max_points:
+        raise ValueError(
+            f"kernel {kernel_name!r}: the search space has {total:,} points, over the "
+            f"limit of {max_points:,}; narrow it, couple inputs with zip_inputs(), or raise "
+            "the kernel's max_points (WARMKIT_MAX_POINTS)"
+        )
+
+
+def _add_key(
+    keys: dict[Hashable, None],
+    kernel_name: str,
+    dispatch: Callable[..., Hashable],
+    key_type: type | None,
+    kwargs: dict[str, Any],
+) -> None:
+    try:
+        key = dispatch(**kwargs)
+    except TypeError as exc:
+        raise TypeError(f"kernel {kernel_name!r}: dispatch({_fmt(kwargs)}) failed: {exc}") from exc
+    if key_type is not None and not isinstance(key, key_type):
+        raise TypeError(
+            f"kernel {kernel_name!r}: dispatch({_fmt(kwargs)}) returned {key!r}, not a "
+            f"{key_type.__qualname__} (a missing return?)"
+        )
+    try:
+        keys[key] = None
+    except TypeError as exc:
+        raise TypeError(
+            f"kernel {kernel_name!r}: dispatch({_fmt(kwargs)}) returned {key!r}, which is "
+            f"not hashable ({exc}); CompileKey fields must be hashable (a tuple, not a list)"
+        ) from exc
 
 
 def _axis_len(values: Sequence[Any]) -> int:

@@ -301,15 +301,16 @@ def warmup(config: WarmupConfig | None = None, registry: Any = None) -> WarmupRe
     entries.extend(loop.entries)
     if config.target is None:
         _rehearse(registry, plan)
-    # Deterministic report order: plan order.
+    # Deterministic report order: plan order. Entries carry the plan's key objects, so
+    # their identities place them (hashing every key again cost ~1 us each).
     order = {
-        (name, k): i
+        (name, id(k)): i
         for i, (name, k) in enumerate(
             [(n, k) for n, (_, ks) in plan.items() for k in ks]
             + [(type(it.kernel).name, it.key) for it in recorded if it.kernel is not None]
         )
     }
-    entries.sort(key=lambda e: order.get((e.kernel, e.key), 0))
+    entries.sort(key=lambda e: order.get((e.kernel, id(e.key)), 0))
 
     elapsed = time.perf_counter() - t_start
     failures = [e for e in entries if e.status == "failed"]
