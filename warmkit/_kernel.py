@@ -142,6 +142,29 @@ class JitKernel(Generic[K]):
             self.max_points or _envs.get("WARMKIT_MAX_POINTS"),
         )
 
+    @classmethod
+    def _warmkit_planner(cls) -> Callable[[Any, Any, Mapping[str, Any]], list[K]]:
+        """``(instance, zip_groups, space) -> get_warmup_keys(*zip_groups, **space)``, for planning.
+
+        Without an override of ``get_warmup_keys``, it calls ``expand`` directly,
+        with the budget read once (a recording plans one registration per key).
+        """
+        if cls.get_warmup_keys is not JitKernel.get_warmup_keys:
+            return lambda inst, zip_groups, space: inst.get_warmup_keys(*zip_groups, **space)
+        cls._concrete()
+        raw, info = _memo.raw_dispatch(cls), cls._warmkit_dispatch_info
+        default: list[int] = []  # WARMKIT_MAX_POINTS, read on first need (as get_warmup_keys does)
+
+        def plan(inst: Any, zip_groups: Any, space: Mapping[str, Any]) -> list[K]:
+            budget = inst.max_points
+            if not budget:
+                if not default:
+                    default.append(_envs.get("WARMKIT_MAX_POINTS"))
+                budget = default[0]
+            return expand(cls.name, raw.__get__(inst), info, zip_groups, None, space, budget)  # type: ignore[return-value]
+
+        return plan
+
     def compile(self, key: K) -> Any:
         """Make ``key``'s variant available and return its launchable executor.
 

@@ -72,6 +72,36 @@ def _canonical(data: Any) -> str:
     return _encode_canonical(data)
 
 
+def _parsed_encoder() -> Any:
+    """``_encode_canonical`` for data parsed from JSON, with json's C encoder made once.
+
+    ``JSONEncoder.encode`` builds a C encoder per call (half its cost for a small
+    spec). Parsed JSON has no cycles, so this one keeps no markers; it is the
+    same encoder otherwise (tests/core/test_record.py checks the two agree).
+    """
+    from json import encoder
+
+    c_make = getattr(encoder, "c_make_encoder", None)
+    if c_make is None:  # an interpreter without json's C accelerator
+        return _encode_canonical
+    default = json.JSONEncoder().default  # its TypeError, as json.dumps raises it
+    make = c_make(
+        None, default, encoder.encode_basestring_ascii, None, ":", ",", True, False, False
+    )
+
+    def encode(data: Any) -> str:
+        return "".join(make(data, 0))
+
+    sample = {"b": [1, 2.5, None, True, "\u00e9\n"], "a": {"z": -0.0, "y": "x"}}
+    if encode(sample) != _encode_canonical(sample):  # another json: keep the plain one
+        return _encode_canonical
+    return encode
+
+
+_encode_parsed = _parsed_encoder()
+_STR_OR_NONE = frozenset({str, type(None)})
+
+
 # A recording repeats a few kernels, backends and targets over thousands of entries.
 _canonical_cached = functools.lru_cache(maxsize=1024)(_canonical)
 
@@ -108,6 +138,8 @@ class RecordedEntry:
     target: str | None = None
     replayable: bool = True
     reason: str | None = None
+    # The spec as parsed from a manifest that load() read (no copy for resolve_recorded).
+    _parsed: Any = attrs.field(init=False, default=None, eq=False, repr=False, hash=False)
 
     def __attrs_post_init__(self) -> None:
         if self.replayable == (self.reason is not None):
@@ -166,12 +198,34 @@ class RecordedEntry:
         return out
 
     @classmethod
-    def from_dict(cls, data: Any, *, path: Any = None, index: int = 0) -> RecordedEntry:
+    def from_dict(
+        cls, data: Any, *, path: Any = None, index: int = 0, keep: bool = False
+    ) -> RecordedEntry:
         """Parse one entry of a manifest's ``recorded`` list.
+
+        ``keep``: the caller hands ``data`` over (it will never change it): the
+        entry keeps its parsed spec for :func:`resolve_recorded`.
 
         Raises:
             ManifestError: a missing or mistyped field, naming the entry.
         """
+        if type(data) is dict:
+            t, get = type, data.get
+            if (
+                t(get("kind")) is str
+                and t(get("kernel")) is str
+                and t(get("name")) is str
+                and t(get("replayable")) is bool
+                and t(get("spec")) is dict
+                and t(get("backend", 0)) in _STR_OR_NONE
+                and t(get("target", 0)) in _STR_OR_NONE
+            ):
+                return cls._from_checked(data, path, index, keep)
+        cls._check_fields(data, path, index)
+        return cls._from_checked(data, path, index, keep)
+
+    @staticmethod
+    def _check_fields(data: Any, path: Any, index: int) -> None:
         where = f"recorded entry {index}"
         if not isinstance(data, dict):
             raise ManifestError(f"{where} must be an object, got {type(data).__name__}", path=path)
@@ -193,18 +247,31 @@ class RecordedEntry:
                     f"{type(data[name]).__name__}",
                     path=path,
                 )
+
+    @classmethod
+    def _from_checked(
+        cls, data: dict[str, Any], path: Any, index: int, keep: bool
+    ) -> RecordedEntry:
+        where = f"recorded entry {index}"
         try:
-            entry = cls.make(
-                backend=data["backend"],
-                kind=data["kind"],
-                kernel=data["kernel"],
-                name=data["name"],
-                spec=data["spec"],
-                target=data["target"],
-                reason=None if data["replayable"] else data.get("reason") or "(no reason recorded)",
+            spec = data["spec"]
+            # Parsed JSON is plain data, so its canonical form comes from the shared
+            # encoder; other data (from_dict of Python objects) is copied and checked.
+            spec_json = (_encode_parsed if keep else _canonical)(spec if keep else dict(spec))
+            entry = cls(
+                data["backend"],
+                data["kind"],
+                data["kernel"],
+                data["name"],
+                spec_json,
+                data["target"],
+                data["replayable"],
+                None if data["replayable"] else data.get("reason") or "(no reason recorded)",
             )
         except ValueError as exc:
             raise ManifestError(f"{where} ({data.get('name')!r}): {exc}", path=path) from exc
+        if keep:
+            object.__setattr__(entry, "_parsed", spec)
         if "id" in data and data["id"] != entry.id:
             # The id is derived: a mismatch means the entry was edited or damaged.
             raise ManifestError(
@@ -215,8 +282,10 @@ class RecordedEntry:
         return entry
 
 
-def parse_recorded(data: Any, *, path: Any = None) -> list[RecordedEntry]:
+def parse_recorded(data: Any, *, path: Any = None, keep: bool = False) -> list[RecordedEntry]:
     """The ``recorded`` section of manifest data (absent = none).
+
+    ``keep``: as for ``RecordedEntry.from_dict`` (the data was just read from a file).
 
     Raises:
         ManifestError: not a list, or a malformed entry.
@@ -224,7 +293,8 @@ def parse_recorded(data: Any, *, path: Any = None) -> list[RecordedEntry]:
     items = data.get("recorded", []) if isinstance(data, dict) else []
     if not isinstance(items, list):
         raise ManifestError("'recorded' must be a list", path=path)
-    return [RecordedEntry.from_dict(item, path=path, index=i) for i, item in enumerate(items)]
+    parse = RecordedEntry.from_dict
+    return [parse(item, path=path, index=i, keep=keep) for i, item in enumerate(items)]
 
 
 def read_recorded(path: str | os.PathLike[str]) -> list[RecordedEntry]:
@@ -233,7 +303,7 @@ def read_recorded(path: str | os.PathLike[str]) -> list[RecordedEntry]:
     Raises:
         ManifestError: unreadable, not a manifest, or a malformed entry.
     """
-    return parse_recorded(read_manifest_data(path), path=path)
+    return parse_recorded(read_manifest_data(path), path=path, keep=True)
 
 
 def expand_path(path: str | os.PathLike[str], rank: int | None = None) -> Path:
@@ -479,7 +549,12 @@ def _check_plain_value(name: str, value: Any) -> None:
 
 def decode_key(cls: type, fields: Mapping[str, Any]) -> Any:
     """Rebuild ``cls.CompileKey`` from ``encode_key`` data."""
-    return cls.CompileKey(**{k: decode_value(v) for k, v in fields.items()})
+    return cls.CompileKey(
+        **{k: v if type(v) in _AS_IS else decode_value(v) for k, v in fields.items()}
+    )
+
+
+_AS_IS = frozenset({str, int, bool, float, type(None)})  # values decode_value returns unchanged
 
 
 def key_entry(cls: type, key: Any, target: str | None = None) -> RecordedEntry:
@@ -551,7 +626,8 @@ def resolve_recorded(entries: Iterable[RecordedEntry]) -> list[RecordedItem]:
                 kernel = kernels.get(entry.kernel)
                 if kernel is None:
                     kernel = kernels[entry.kernel] = load_kernel(entry.kernel)()
-                key = decode_key(type(kernel), entry.spec["key"])
+                spec = entry._parsed if entry._parsed is not None else entry.spec
+                key = decode_key(type(kernel), spec["key"])
             else:
                 if entry.backend is None:
                     raise ValueError("a raw recorded entry must name its backend")

@@ -26,6 +26,7 @@ import attrs
 
 from ._exceptions import ManifestError, PluginLoadError
 from ._record import (
+    _AS_IS,
     MANIFEST_FORMAT,
     MANIFEST_VERSION,
     RecordedEntry,
@@ -210,6 +211,7 @@ class WarmupRegistry:
         """
         out: dict[str, tuple[Any, dict[Any, None]]] = {}
         fresh: dict[type, Any] = {}  # one fresh instance per class, not per registration
+        planners: dict[type, Any] = {}
         for reg in self:
             inst = reg._instance() if reg._instance is not None else None
             if inst is None:
@@ -217,7 +219,10 @@ class WarmupRegistry:
                 if inst is None:
                     inst = fresh[reg.kernel_cls] = reg.kernel_instance()
             try:
-                keys = inst.get_warmup_keys(*reg.zip_groups, **reg.space)
+                plan = planners.get(reg.kernel_cls)
+                if plan is None:
+                    plan = planners[reg.kernel_cls] = reg.kernel_cls._warmkit_planner()
+                keys = plan(inst, reg.zip_groups, reg.space)
             except Exception as exc:
                 # The user's dispatch (or space) raised: say whose, keep the type and the cause.
                 exc.add_note(
@@ -326,6 +331,11 @@ class WarmupRegistry:
                 kernel that cannot be resolved (the message names it).
             PluginLoadError: a kernel's plugin failed to import.
         """
+        return cls._from_data(data, path, keep=False)
+
+    @classmethod
+    def _from_data(cls, data: Any, path: Any, *, keep: bool) -> WarmupRegistry:
+        # keep: data was just read from a file, so recorded entries may keep their parsed specs
         from ._plugins import load_kernel
 
         if not isinstance(data, dict) or data.get("format") != MANIFEST_FORMAT:
@@ -344,7 +354,7 @@ class WarmupRegistry:
         validate_manifest(data, path=path)
         regs = data["registrations"]
         registry = cls()
-        for entry in parse_recorded(data, path=path):
+        for entry in parse_recorded(data, path=path, keep=keep):
             registry.add_recorded(entry)
         # One lookup per kernel, not per entry: resolving a ref reads every installed
         # distribution's entry points (~50 ms), and a recorded manifest has an entry per key.
@@ -362,7 +372,10 @@ class WarmupRegistry:
                     )
                     for g in entry.get("zip", [])
                 ]
-                space = {k: _decode_axis(v) for k, v in entry.get("space", {}).items()}
+                space = {
+                    k: v if type(v) in _AS_IS else _decode_axis(v)
+                    for k, v in entry.get("space", {}).items()
+                }
                 registry.add(kernel_cls, *groups, **space)
             except (ManifestError, PluginLoadError):
                 raise  # a broken plugin is reported as such, with its distribution
@@ -383,7 +396,7 @@ class WarmupRegistry:
         Raises:
             ManifestError: unreadable, malformed, or naming an unresolvable kernel.
         """
-        return cls.from_dict(read_manifest_data(path), path=path)
+        return cls._from_data(read_manifest_data(path), path, keep=True)
 
 
 def _replay_differs(reg: Registration) -> str | None:
@@ -547,10 +560,12 @@ def _canon_axis(v: Any) -> Any:
 
 
 def _canon_space(zip_groups: Sequence[ZipGroup], space: Mapping[str, Any]) -> tuple[Any, ...]:
-    zips = tuple(
-        (g.names, tuple(tuple(_canon(x) for x in row) for row in g.rows)) for g in zip_groups
+    zips = (
+        tuple((g.names, tuple(tuple(_canon(x) for x in row) for row in g.rows)) for g in zip_groups)
+        if zip_groups
+        else ()
     )
-    kws = tuple(sorted((k, _canon_axis(v)) for k, v in space.items()))
+    kws = tuple(sorted([(k, _canon_axis(v)) for k, v in space.items()]))
     return (zips, kws)
 
 

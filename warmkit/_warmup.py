@@ -256,7 +256,8 @@ def warmup(config: WarmupConfig | None = None, registry: Any = None) -> WarmupRe
             )
             continue
         name, b = type(item.kernel).name, type(item.kernel).backend
-        if (name, item.key) in planned or (name, item.key) in recorded_keys:
+        pair = (name, item.key)
+        if (planned and pair in planned) or pair in recorded_keys:
             continue  # a declared key, or a duplicate: compiled once, reported once
         if config.backends is not None and b not in config.backends:
             entries.append(
@@ -270,7 +271,7 @@ def warmup(config: WarmupConfig | None = None, registry: Any = None) -> WarmupRe
                 )
             )
             continue
-        recorded_keys.add((name, item.key))
+        recorded_keys.add(pair)
         groups.setdefault(b, []).append((item.kernel, item.key))
 
     check_target(config.target, [b for b in groups if b is not None])

@@ -224,3 +224,55 @@ def test_encode_key_refuses_non_keys() -> None:
     with pytest.raises(TypeError):
         encode_key({"a": 1})
     assert sys.modules["warmkit._record"].RecordedEntry is RecordedEntry
+
+
+json_data = st.recursive(
+    st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(),
+        st.floats(allow_nan=False, allow_infinity=False),
+        st.text(max_size=6),
+    ),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=4), inner, max_size=3)
+    ),
+    max_leaves=10,
+)
+
+
+@given(json_data)
+def test_the_encoder_for_parsed_json_agrees_with_the_canonical_one(data) -> None:
+    from warmkit._record import _encode_canonical, _encode_parsed
+
+    parsed = json.loads(json.dumps(data))
+    assert _encode_parsed(parsed) == _encode_canonical(parsed)
+    for encode in (_encode_parsed, _encode_canonical):  # both refuse what JSON cannot hold
+        with pytest.raises(ValueError, match="Out of range float"):
+            encode([parsed, float("inf")])
+
+
+@pytest.mark.parametrize("keep", [False, True])
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"kind": 3}, "field 'kind' has type int"),
+        ({"spec": [1]}, "field 'spec' has type list"),
+        ({"backend": 1}, "field 'backend' has type int"),
+        ({"target": False}, "field 'target' has type bool"),
+        ({"replayable": "yes"}, "field 'replayable' has type str"),
+        ({"kind": "other"}, "'kind' must be in"),
+        ({"spec": {"key": {"n": float("nan")}}}, "Out of range float"),
+        ({"id": "0" * 24}, "does not match its contents"),
+    ],
+)
+def test_a_bad_recorded_field_is_refused_by_both_parsers(keep, change, message) -> None:
+    good = key_entry(_kernels.PyKernel, _kernels.PyKernel.CompileKey(3, True)).to_dict()
+    assert RecordedEntry.from_dict(json.loads(json.dumps(good)), keep=keep).id == good["id"]
+    with pytest.raises(warmkit.ManifestError, match=message):
+        RecordedEntry.from_dict(good | change, index=7, keep=keep)
+    for field in ("backend", "target", "spec"):
+        bad = dict(good)
+        del bad[field]
+        with pytest.raises(warmkit.ManifestError, match=f"missing field '{field}'"):
+            RecordedEntry.from_dict(bad, keep=keep)
