@@ -263,6 +263,38 @@ def test_plan_uses_get_warmup_keys_overrides(registry):
     assert registry.plan() == {FromConfig.name: [K(4, False), K(8, False)]}
 
 
+def test_plan_honours_an_instance_budget_and_reads_the_environment_only_when_needed(
+    registry, monkeypatch
+):
+    class Small(PyKernel):
+        def __init__(self, limit=None):
+            self.max_points = limit
+
+    small = Small(limit=2)  # alive: planning uses the registering instance
+    small.register_warmup(n=[1, 2, 3])
+    monkeypatch.setenv("WARMKIT_MAX_POINTS", "not a number")
+    with pytest.raises(ValueError, match="3 points, over the limit of 2"):
+        registry.plan()  # the instance's own budget: the bad variable is never read
+    registry.clear()
+    Small().register_warmup(n=7)  # one point, but no budget of its own: the variable is read
+    with pytest.raises(ValueError, match="WARMKIT_MAX_POINTS"):
+        registry.plan()
+    monkeypatch.setenv("WARMKIT_MAX_POINTS", "1")
+    assert registry.plan() == {Small.name: [K(7, False)]}
+
+
+def test_single_value_spaces_keep_every_check(registry):
+    PyKernel().register_warmup(n=3, flag=True)
+    PyKernel().register_warmup(n=(1, "x"))
+    assert registry.plan() == {PyKernel.name: [K(3, True), K((1, "x"), False)]}
+    with pytest.raises(TypeError, match="unknown input"):
+        PyKernel().register_warmup(m=1)
+    with pytest.raises(TypeError, match="required dispatch input"):
+        PyKernel().get_warmup_keys(flag=True)
+    with pytest.raises(TypeError, match="is a list"):
+        PyKernel().register_warmup(n=(1, [2]))
+
+
 # -- manifests -----------------------------------------------------------------------------
 
 
