@@ -396,8 +396,11 @@ def _rehearse(registry: Any, plan: Mapping[str, tuple[Any, list[Any]]]) -> None:
     """Fill the launch memos for every single-point registration (``_memo.rehearse``)."""
     points: dict[str, list[dict[str, Any]]] = {}
     for reg in registry:
+        pts = points.setdefault(reg.kernel, [])
+        if len(pts) >= _memo.REHEARSE_LIMIT:
+            continue  # rehearse takes no more: a recording has a registration per key
         if not reg.zip_groups and all(type(v) in _memo.PLAIN_TYPES for v in reg.space.values()):
-            points.setdefault(reg.kernel, []).append(dict(reg.space))
+            pts.append(dict(reg.space))
     for name, pts in points.items():
         if name in plan:
             _memo.rehearse(plan[name][0], pts)
