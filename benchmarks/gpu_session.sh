@@ -110,10 +110,10 @@ sys.exit('redis-server did not start')" || exit 1
     step multigpu_test 150 python3 -m pytest -q -p no:cacheprovider -rs \
         tests/blocktable/test_serve_ranks.py -k two_gpus
 else
-    step b4_first_launch 120 python3 benchmarks/first_launch.py --runs 5 --out "$RES/b4.json"
+    TAIL=30 step b4_first_launch 200 python3 benchmarks/first_launch.py --runs 5 --out "$RES/b4.json"
     step b5_launch 60 python3 benchmarks/launch_overhead.py --out "$RES/b5.json"
     step b8_demo 60 python3 examples/serve.py --steps 1000 --json "$RES/b8.json"
-    step gpu_tests 120 python3 -m pytest -q -p no:cacheprovider -rs \
+    step gpu_tests 240 python3 -m pytest -q -p no:cacheprovider -rs \
         tests/triton_backend/test_gpu.py tests/blocktable/test_gpu.py
     # the Triton layer's canary on the GPU's Triton (3.6): every accessor, and the two launch paths
     step triton_api_canary 120 python3 -m pytest -q -p no:cacheprovider -rs \
