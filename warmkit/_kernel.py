@@ -25,7 +25,7 @@ from collections.abc import Callable, Hashable, Iterable, Mapping
 from typing import Any, ClassVar, Generic, TypeVar
 
 from . import _envs, _memo, monitor
-from ._backend import ReportsTuning, current_target, target_scope
+from ._backend import ReportsTuning, current_target
 from ._exceptions import KernelDefinitionError
 from ._record import active_recorder, key_entry
 from ._registry import active_registry, check_registration, warn_unregistered
@@ -337,7 +337,7 @@ class JitKernel(Generic[K]):
         if pending is not mine:
             return pending.wait(), True
         try:
-            with monitor.managed_compile(), target_scope(target):
+            with monitor.compile_scope(target):
                 executor = self.compile(key)
             if executor is None:
                 where = f"target {target!r}, runtime context {runtime_context!r}"

@@ -152,9 +152,10 @@ class WarmupRegistry:
         check_registration(cls, zip_groups, space)
         ident = (cls.name, _canon_space(zip_groups, space))
         try:
-            ref = None if isinstance(kernel, type) else weakref.ref(kernel)
+            ref = None if kernel is cls else weakref.ref(kernel)
         except TypeError:
             ref = None
+        reg = Registration(cls.name, cls, tuple(zip_groups), dict(space), ref)
         with self._lock:
             other = self._classes.setdefault(cls.name, cls)
             if other is not cls:
@@ -164,10 +165,8 @@ class WarmupRegistry:
                     f"{cls.__module__}.{cls.__qualname__}: one would compile the other's keys. "
                     "Give each kernel class its own name"
                 )
-            if ident in self._regs:
-                return False
-            self._regs[ident] = Registration(cls.name, cls, tuple(zip_groups), dict(space), ref)
-        return True
+            # One hash of the (deep) identity, not two: a recording adds a registration per key.
+            return self._regs.setdefault(ident, reg) is reg
 
     def add_recorded(self, entry: RecordedEntry) -> bool:
         """Add one recorded entry (``docs/record.md``); returns False if it was already there."""
@@ -462,7 +461,8 @@ def check_registration(cls: Any, zip_groups: Any, space: Any) -> None:
     else:
         check_keyword_names(cls.name, info, space)
     for name, value in space.items():
-        _check_plain(cls.name, name, value)
+        if type(value) not in _PLAIN_SCALARS:
+            _check_plain(cls.name, name, value)
     for i, group in enumerate(zip_groups):
         for row in group.rows:
             for name, value in zip(group.names, row):
@@ -565,7 +565,14 @@ def _canon_space(zip_groups: Sequence[ZipGroup], space: Mapping[str, Any]) -> tu
         if zip_groups
         else ()
     )
-    kws = tuple(sorted([(k, _canon_axis(v)) for k, v in space.items()]))
+    kws = tuple(
+        sorted(
+            [
+                (k, (type(v).__name__, v) if type(v) in _CANON_AS_IS else _canon_axis(v))
+                for k, v in space.items()
+            ]
+        )
+    )
     return (zips, kws)
 
 

@@ -309,11 +309,14 @@ def expand(
         # only on the names: checked once per kernel and set of names.
         names = list(space)
         seen = (id(info), tuple(names))
-        if _complete.get(seen) is not info:
+        known = _complete.get(seen)
+        if known is None or known[0] is not info:
             _check_complete(kernel_name, info, names)
-            _remember(_complete, seen, info)
-        if where is None and all(type(v) in _ONE_VALUE for v in space.values()):
-            return _one_point(kernel_name, dispatch, info, space, max_points)
+            unread = any(n in info.params and n not in info.used for n in names)
+            known = (info, unread)
+            _remember(_complete, seen, known)
+        if where is None and _ONE_VALUE.issuperset(map(type, space.values())):
+            return _one_point(kernel_name, dispatch, info, space, max_points, unread=known[1])
 
     pred, pred_args = _bind_where(kernel_name, where, names, info)
     read_by_where = {a for a, _ in pred_args}
@@ -360,21 +363,17 @@ def expand(
 #: Values ``axis_values`` turns into one alternative (itself): a space of only these is one point.
 _ONE_VALUE = frozenset({type(None), bool, int, float, str, tuple})
 
-# (id(info), names) -> info, for spaces whose names were checked; the value keeps info
-# alive, so its id is never another's.
-_complete: dict[tuple[int, tuple[str, ...]], DispatchInfo] = {}
+# (id(info), names) -> info (and whether dispatch leaves one of the names unread), for
+# spaces whose names were checked; the value keeps info alive, so its id is never another's.
+_complete: dict[tuple[int, tuple[str, ...]], tuple[DispatchInfo, bool]] = {}
 _accepted: dict[tuple[int, tuple[str, ...]], DispatchInfo] = {}
 _REMEMBERED = 4096
 
 
-def _remember(
-    table: dict[tuple[int, tuple[str, ...]], DispatchInfo],
-    seen: tuple[int, tuple[str, ...]],
-    info: DispatchInfo,
-) -> None:
+def _remember(table: dict[Any, Any], seen: tuple[int, tuple[str, ...]], value: Any) -> None:
     if len(table) >= _REMEMBERED:
         table.clear()
-    table[seen] = info
+    table[seen] = value
 
 
 def _check_complete(kernel_name: str, info: DispatchInfo, names: Sequence[str]) -> None:
@@ -405,16 +404,19 @@ def _one_point(
     info: DispatchInfo,
     space: Mapping[str, Any],
     max_points: int,
+    *,
+    unread: bool,
 ) -> list[Hashable]:
     """``expand`` of a space whose every value is one alternative: the same checks, one call."""
-    kwargs: dict[str, Any] = {}
-    fixed: dict[str, Any] = {}
-    for name, value in space.items():  # the argument order of expand's loop, for its messages
-        if name in info.params and name not in info.used:
-            fixed[name] = value
-        else:
-            kwargs[name] = value
-    if fixed:
+    if not unread:
+        kwargs = dict(space)
+    else:  # the argument order of expand's loop (unread inputs last), for its messages
+        kwargs, fixed = {}, {}
+        for name, value in space.items():
+            if name in info.params and name not in info.used:
+                fixed[name] = value
+            else:
+                kwargs[name] = value
         kwargs.update(fixed)
     _check_budget(kernel_name, 1, max_points)
     keys: dict[Hashable, None] = {}

@@ -33,6 +33,7 @@ import attrs
 
 from . import _plugins, metrics
 from ._backend import MonitorHooks, VarScope
+from ._backend import _target as _target_var
 from ._envs import MONITOR_MODES
 from ._exceptions import RuntimeCompileError
 
@@ -42,6 +43,7 @@ __all__ = [
     "allow",
     "arm",
     "clear",
+    "compile_scope",
     "disarm",
     "events",
     "in_managed_compile",
@@ -176,6 +178,28 @@ def clear() -> None:
 def managed_compile() -> contextlib.AbstractContextManager[None]:
     """Mark compiles in this block as warmkit's own, so backend hooks do not report them twice."""
     return VarScope(_managed, True)
+
+
+class _CompileScope:
+    """``managed_compile()`` and ``target_scope(target)`` in one: warmup enters one per key."""
+
+    __slots__ = ("_target", "_tokens")
+
+    def __init__(self, target: str | None) -> None:
+        self._target = target
+
+    def __enter__(self) -> None:
+        self._tokens = (_managed.set(True), _target_var.set(self._target))
+
+    def __exit__(self, *exc: object) -> None:
+        managed, target = self._tokens
+        _target_var.reset(target)
+        _managed.reset(managed)
+
+
+def compile_scope(target: str | None) -> contextlib.AbstractContextManager[None]:
+    """A compile of warmkit's own (``managed_compile``) for ``target`` (``target_scope``)."""
+    return _CompileScope(target)
 
 
 def in_managed_compile() -> bool:
