@@ -111,6 +111,15 @@ def _id_head(backend: str | None, kind: str, kernel: str) -> str:
     return f"[{','.join(map(_canonical, (backend, kind, kernel)))},"
 
 
+def _entry_id(
+    backend: str | None, kind: str, kernel: str, spec_json: str, target: str | None
+) -> str:
+    # = _canonical([backend, kind, kernel, spec, target]): spec_json is already
+    # canonical, so it is spliced in rather than parsed and dumped again.
+    ident = f"{_id_head(backend, kind, kernel)}{spec_json},{_canonical_cached(target)}]"
+    return hashlib.sha256(ident.encode()).hexdigest()[:24]
+
+
 @attrs.frozen
 class RecordedEntry:
     """One specialization a run compiled at runtime.
@@ -177,10 +186,7 @@ class RecordedEntry:
     @functools.cached_property
     def id(self) -> str:
         """A stable identity: equal for the same kernel, specialization and target."""
-        # = _canonical([backend, kind, kernel, spec, target]): spec_json is already
-        # canonical, so it is spliced in rather than parsed and dumped again.
-        ident = f"{_id_head(self.backend, self.kind, self.kernel)}{self.spec_json},{_canonical_cached(self.target)}]"
-        return hashlib.sha256(ident.encode()).hexdigest()[:24]
+        return _entry_id(self.backend, self.kind, self.kernel, self.spec_json, self.target)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -252,7 +258,6 @@ class RecordedEntry:
     def _from_checked(
         cls, data: dict[str, Any], path: Any, index: int, keep: bool
     ) -> RecordedEntry:
-        where = f"recorded entry {index}"
         try:
             spec = data["spec"]
             # Parsed JSON is plain data, so its canonical form comes from the shared
@@ -269,13 +274,17 @@ class RecordedEntry:
                 None if data["replayable"] else data.get("reason") or "(no reason recorded)",
             )
         except ValueError as exc:
+            where = f"recorded entry {index}"
             raise ManifestError(f"{where} ({data.get('name')!r}): {exc}", path=path) from exc
         if keep:
             object.__setattr__(entry, "_parsed", spec)
-        if "id" in data and data["id"] != entry.id:
+        # Computed here, not through the cached property's lookup (2 us an entry).
+        ident = _entry_id(entry.backend, entry.kind, entry.kernel, spec_json, entry.target)
+        object.__setattr__(entry, "id", ident)
+        if "id" in data and data["id"] != ident:
             # The id is derived: a mismatch means the entry was edited or damaged.
             raise ManifestError(
-                f"{where} ({entry.name!r}): id {data['id']!r} does not match its contents "
+                f"recorded entry {index} ({entry.name!r}): id {data['id']!r} does not match its contents "
                 f"({entry.id!r}); the entry was modified; re-record it",
                 path=path,
             )
