@@ -19,6 +19,7 @@ from ._backend import (
     Executor,
     FleetCapable,
     MonitorHooks,
+    Prepares,
     PreparesEntries,
     RecordReplay,
     ReportsCacheHit,
@@ -48,7 +49,7 @@ from ._exceptions import (
 )
 from ._fleet import Fleet, current_fleet
 from ._kernel import JitKernel
-from ._prepare import Prepares, prepare
+from ._prepare import prepare
 from ._record import (
     RecordedEntry,
     Recorder,

@@ -36,6 +36,7 @@ __all__ = [
     "Executor",
     "FleetCapable",
     "MonitorHooks",
+    "Prepares",
     "PreparesEntries",
     "RecordReplay",
     "ReportsCacheHit",
@@ -225,6 +226,21 @@ class BundleCapable(_Capability, Protocol):
 
     def relocate_cache_entry(self, staged: Path, final: Path) -> None:
         """Rewrite an entry staged at ``staged`` so that it is valid once moved to ``final``."""
+        ...
+
+
+@runtime_checkable
+class Prepares(_Capability, Protocol):
+    """Optional: a backend's one-time, kernel-independent setup, run by ``warmkit.prepare()``.
+
+    Called in a background thread, at most once per process and target, before
+    any warmup of the process needs it. It must be safe alongside the engine's
+    own threads, must not depend on the caller's context variables, and must
+    not latch environment-dependent state that a warmup reads later.
+    """
+
+    def prepare(self, target: str | None) -> None:
+        """Do the setup for ``target`` (None = this device); an error fails this backend's keys."""
         ...
 
 

@@ -30,12 +30,12 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 from . import _envs
-from ._backend import _Capability
+from ._backend import Prepares
 
-__all__ = ["Prepares", "join", "prepare"]
+__all__ = ["join", "prepare"]
 
 logger = logging.getLogger(__name__)
 
@@ -43,21 +43,6 @@ _lock = threading.Lock()
 #: The setups running or finished but not yet joined by a warmup, by (target, backends).
 _threads: dict[tuple[str | None, tuple[str, ...] | None], threading.Thread] = {}
 _failures: dict[str, BaseException] = {}
-
-
-@runtime_checkable
-class Prepares(_Capability, Protocol):
-    """Optional: a backend's one-time, kernel-independent setup, run by ``warmkit.prepare()``.
-
-    Called in a background thread, at most once per process and target, before
-    any warmup of the process needs it. It must be safe alongside the engine's
-    own threads, must not depend on the caller's context variables, and must
-    not latch environment-dependent state that a warmup reads later.
-    """
-
-    def prepare(self, target: str | None) -> None:
-        """Do the setup for ``target`` (None = this device); an error fails this backend's keys."""
-        ...
 
 
 def prepare(config: Any = None, modules: list[str] | None = None) -> int:
@@ -87,14 +72,17 @@ def prepare(config: Any = None, modules: list[str] | None = None) -> int:
         target, backends = config.target, config.backends
     if not enabled:
         return 0
-    _start_setup(target, tuple(backends) if backends is not None else None)
     jobs = jobs or _envs.get("WARMKIT_JOBS") or os.cpu_count() or 1
     from ._workers import MIN_JOBS, start_workers
 
     mode = _envs.get("WARMKIT_COMPILE_PROCESSES")
-    if mode == "off" or jobs < (MIN_JOBS if mode == "auto" else 2):
-        return 0  # threads: a pool would make an auto warmup use processes where they cost more
-    return start_workers(jobs, modules)
+    started = 0
+    if mode != "off" and jobs >= (MIN_JOBS if mode == "auto" else 2):
+        # before the setup thread, which then sets the workers up as well (prepare_workers)
+        started = start_workers(jobs, modules)
+    # else threads: a pool would make an auto warmup use processes where they cost more
+    _start_setup(target, tuple(backends) if backends is not None else None)
+    return started
 
 
 def _start_setup(target: str | None, backends: tuple[str, ...] | None) -> None:
@@ -125,6 +113,9 @@ def _setup(target: str | None, backends: tuple[str, ...] | None) -> None:
             continue
         try:
             backend.prepare(target)
+            from ._workers import prepare_workers
+
+            prepare_workers(name, backend, target)
         except Exception as exc:  # noqa: BLE001 -- fails this backend's keys in the next warmup
             exc.add_note(
                 f"warmkit: raised by backend plugin {name!r} "

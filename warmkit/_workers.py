@@ -34,10 +34,10 @@ import threading
 from typing import Any, Protocol, runtime_checkable
 
 from . import _envs
-from ._backend import ReportsCacheHit, _Capability, target_scope
+from ._backend import Prepares, ReportsCacheHit, _Capability, target_scope
 from ._exceptions import WorkerDiedError
 
-__all__ = ["ProcessCompiles", "shutdown", "start_workers", "worker_pool"]
+__all__ = ["ProcessCompiles", "prepare_workers", "shutdown", "start_workers", "worker_pool"]
 
 logger = logging.getLogger(__name__)
 
@@ -75,18 +75,39 @@ def _initializer(modules: list[str]) -> None:
 _classes: dict[str, type] = {}
 
 
-def _compile_in_worker(ref: str, key_blob: bytes, target: str, env: dict[str, str]) -> str:
-    """In the worker: compile one key for ``target``; returns ``compiled`` or ``cached``.
-
-    ``env`` is the parent's environment now: a worker started earlier must use the
-    cache directory (``TRITON_CACHE_DIR`` ...) and settings the parent uses today.
-    """
-    from ._plugins import load_kernel
-
+def _adopt(env: dict[str, str]) -> None:
+    """Take the parent's environment now: a worker started earlier must use the cache
+    directory (``TRITON_CACHE_DIR`` ...) and settings the parent uses today."""
     if env != os.environ:
         for name in set(os.environ) - set(env):
             del os.environ[name]
         os.environ.update(env)
+
+
+def _prepare_in_worker(backend_name: str, target: str, env: dict[str, str]) -> tuple[int, bool]:
+    """In the worker: the backend's one-time setup (``Prepares``) for the target it compiles for.
+
+    Returns:
+        ``(pid, whether the backend had a setup to run)``.
+    """
+    from ._plugins import get_backend
+
+    _adopt(env)
+    backend = get_backend(backend_name)
+    if isinstance(backend, Prepares):
+        backend.prepare(target)
+        return os.getpid(), True
+    return os.getpid(), False
+
+
+def _compile_in_worker(ref: str, key_blob: bytes, target: str, env: dict[str, str]) -> str:
+    """In the worker: compile one key for ``target``; returns ``compiled`` or ``cached``.
+
+    ``env`` is the parent's environment now (``_adopt``).
+    """
+    from ._plugins import load_kernel
+
+    _adopt(env)
 
     cls = _classes.get(ref)
     if cls is None:
@@ -142,6 +163,30 @@ def start_workers(jobs: int | None = None, modules: list[str] | None = None) -> 
             _pool.schedule(_ping)  # start every worker now, not at the first key
     logger.info("warmkit: %d compile worker process(es) starting", size)
     return size
+
+
+def prepare_workers(backend_name: str, backend: Any, target: str | None) -> list[Any]:
+    """Run the backend's one-time setup in the started workers, in the background; the tasks' futures.
+
+    ``warmkit.prepare()``'s setup thread calls it once the backend is set up
+    here: each worker then loads the plugin and primes what its first compile
+    would pay for (Triton: ``triton_key()``, the specializer's imports, the
+    ptxas probes of ``worker_target``), while the engine is still being built,
+    not inside the warmup. One task per worker, best effort (a worker that
+    takes two leaves another to pay at its first key); failures are the first
+    compile's to report.
+    """
+    with _lock:
+        pool, size = _pool, _pool_size
+    if pool is None or not isinstance(backend, ProcessCompiles):
+        return []
+    wtarget = backend.worker_target(target)
+    if wtarget is None:
+        return []
+    env = dict(os.environ)
+    return [
+        pool.schedule(_prepare_in_worker, args=(backend_name, wtarget, env)) for _ in range(size)
+    ]
 
 
 def shutdown() -> None:

@@ -89,3 +89,16 @@ def test_no_workers_inside_a_cache_scope(tmp_path):
     with backend.cache_scope(tmp_path / "redirected"):
         assert backend.worker_target(TARGET) is None
         assert _workers.worker_pool(backend, TARGET, keys=100, jobs=8) is None
+
+
+def test_prepare_workers_runs_the_backends_setup_in_each_started_worker():
+    from warmkit._plugins import get_backend
+
+    size = _workers.start_workers(2)
+    futures = _workers.prepare_workers("triton", get_backend("triton"), TARGET)
+    assert len(futures) == size
+    done = [f.result(timeout=300) for f in futures]
+    assert all(ran for _pid, ran in done)  # Triton has a setup (warmkit_triton._setup)
+    assert os.getpid() not in {pid for pid, _ in done}  # it ran in the workers, not here
+    # a backend that cannot compile in workers gets no task
+    assert _workers.prepare_workers("fake", object(), TARGET) == []
