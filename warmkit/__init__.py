@@ -69,7 +69,7 @@ from ._report import ReportEntry, WarmupReport
 from ._space import Choices, DispatchInfo, IntRange, ZipGroup, zip_inputs
 from ._version import __version__
 from ._warmup import WarmupConfig, warmup
-from ._workers import ProcessCompiles
+from ._workers import PrimesWorkers, ProcessCompiles
 
 __all__ = [
     "Backend",
@@ -99,6 +99,7 @@ __all__ = [
     "PluginLoadError",
     "Prepares",
     "PreparesEntries",
+    "PrimesWorkers",
     "ProcessCompiles",
     "RecordReplay",
     "RecordedEntry",

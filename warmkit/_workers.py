@@ -37,7 +37,14 @@ from . import _envs
 from ._backend import Prepares, ReportsCacheHit, _Capability, target_scope
 from ._exceptions import WorkerDiedError
 
-__all__ = ["ProcessCompiles", "prepare_workers", "shutdown", "start_workers", "worker_pool"]
+__all__ = [
+    "PrimesWorkers",
+    "ProcessCompiles",
+    "prepare_workers",
+    "shutdown",
+    "start_workers",
+    "worker_pool",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -75,6 +82,18 @@ def _initializer(modules: list[str]) -> None:
 _classes: dict[str, type] = {}
 
 
+@runtime_checkable
+class PrimesWorkers(_Capability, Protocol):
+    """Optional, with ``ProcessCompiles``: pay in a fresh worker what its first compile would pay."""
+
+    def prime_worker(self, target: str) -> None:
+        """In a worker process, before any key: e.g. one throwaway compile for ``target``.
+
+        It must write nothing a warmup reads (no entry in the shared cache).
+        """
+        ...
+
+
 def _adopt(env: dict[str, str]) -> None:
     """Take the parent's environment now: a worker started earlier must use the cache
     directory (``TRITON_CACHE_DIR`` ...) and settings the parent uses today."""
@@ -85,7 +104,7 @@ def _adopt(env: dict[str, str]) -> None:
 
 
 def _prepare_in_worker(backend_name: str, target: str, env: dict[str, str]) -> tuple[int, bool]:
-    """In the worker: the backend's one-time setup (``Prepares``) for the target it compiles for.
+    """In the worker: the backend's one-time setup (``Prepares``, ``PrimesWorkers``) for its target.
 
     Returns:
         ``(pid, whether the backend had a setup to run)``.
@@ -94,10 +113,14 @@ def _prepare_in_worker(backend_name: str, target: str, env: dict[str, str]) -> t
 
     _adopt(env)
     backend = get_backend(backend_name)
+    ran = False
     if isinstance(backend, Prepares):
         backend.prepare(target)
-        return os.getpid(), True
-    return os.getpid(), False
+        ran = True
+    if isinstance(backend, PrimesWorkers):
+        backend.prime_worker(target)
+        ran = True
+    return os.getpid(), ran
 
 
 def _compile_in_worker(ref: str, key_blob: bytes, target: str, env: dict[str, str]) -> str:

@@ -102,3 +102,19 @@ def test_prepare_workers_runs_the_backends_setup_in_each_started_worker():
     assert os.getpid() not in {pid for pid, _ in done}  # it ran in the workers, not here
     # a backend that cannot compile in workers gets no task
     assert _workers.prepare_workers("fake", object(), TARGET) == []
+
+
+def test_prime_worker_compiles_for_the_target_into_a_throwaway_cache(triton_cache):
+    from triton import knobs
+    from warmkit._plugins import get_backend
+    from warmkit_triton import _triton_api as api
+
+    backend = get_backend("triton")
+    assert isinstance(backend, warmkit.PrimesWorkers)
+    compiles = []
+    knobs.compilation.listener = lambda **kw: compiles.append(kw.get("cache_hit"))
+    before = sorted(p.name for p in triton_cache.glob("*"))
+    backend.prime_worker(TARGET)  # the real thing: a Triton compile for sm_90
+    assert compiles == [False]  # one real compile ...
+    assert sorted(p.name for p in triton_cache.glob("*")) == before  # ... not in the real cache
+    assert api.cache_dir() == str(triton_cache)  # and the cache directory is back

@@ -211,6 +211,10 @@ class TritonBackend:
         """
         _setup.prepare(target)
 
+    def prime_worker(self, target: str) -> None:
+        """In a compile worker process: one throwaway compile for ``target`` (``warmkit.PrimesWorkers``)."""
+        _setup.prime_worker(target)
+
     def parallelism(self, target: str | None) -> int:
         """Compiles worth running at once: one per CPU core (Triton releases the GIL), at most 32."""
         return max(1, min(os.cpu_count() or 1, 32))

@@ -29,9 +29,9 @@ import threading
 from typing import Any
 
 from . import _triton_api as api
-from ._aot import validate_target
+from ._aot import AotDriver, aot_driver, parse_target, validate_target
 
-__all__ = ["check", "prepare"]
+__all__ = ["check", "prepare", "prime_worker"]
 
 logger = logging.getLogger(__name__)
 
@@ -79,3 +79,43 @@ def check() -> None:
                 now,
             )
             api.forget_ptxas_version()
+
+
+def prime_worker(target: str) -> None:
+    """In a compile worker: one throwaway compile for ``target``, into a temporary cache.
+
+    A worker's first compile pays, besides :func:`prepare`'s costs, the first
+    run of every compiler stage in the process (Triton's lazy imports of its
+    passes, the MLIR and LLVM contexts, the first ptxas run): measured as most
+    of what separated 8 workers from 8x on the H200 host (B1). This pays them
+    while the engine is still being built. The temporary cache directory is
+    set for the whole process, which is safe only where nothing else compiles
+    at the same time: in a worker, before its first task.
+    """
+    import tempfile
+
+    from ._tensor import WarmupTensor
+
+    kernel = _probe_kernel()
+    drv = AotDriver(parse_target(target))
+    with (
+        tempfile.TemporaryDirectory(prefix="warmkit-prime-") as tmp,
+        api.cache_dir_scope(tmp),
+        aot_driver(drv),
+    ):
+        device = api.prepare_function(kernel)
+        x = WarmupTensor("float32", (256,))
+        api.warmup(kernel, (x, x, 256), {"BLOCK": 128}, {"num_warps": 4})
+        api.drop_device(kernel, device)
+
+
+def _probe_kernel() -> Any:
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def warmkit_prime(src, dst, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(dst + offs, tl.load(src + offs, mask=offs < n) * 2.0, mask=offs < n)
+
+    return warmkit_prime
