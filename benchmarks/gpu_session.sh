@@ -13,6 +13,8 @@
 #                cp /lib/x86_64-linux-gnu/liblzf.so.1 /lib/x86_64-linux-gnu/libjemalloc.so.2 .redis/)
 # Device calls:  bash benchmarks/gpu_session.sh            (carry: .whl) B4, B5, B8 and the GPU tests
 #                bash benchmarks/gpu_session.sh startup    (carry: .whl) B1-B3: ~7 min on the H200 host
+#                bash benchmarks/gpu_session.sh startup b2 (carry: .whl) B2 with and without
+#                                                          warmkit.prepare(), and a profile: ~7 min
 #                bash benchmarks/gpu_session.sh perf       (carry: .whl) B1 threads vs worker processes,
 #                                                          B5 (memoized dispatch): ~9 min
 #                bash benchmarks/gpu_session.sh scale      (carry: .whl) B10 on the host's quieter CPUs
@@ -52,7 +54,21 @@ step() {  # step NAME TIMEOUT_S COMMAND...: run, keep the log, print its tail, r
     tar -czf "$OUT/gpu-results.tar.gz" -C "$RES" .
 }
 
-if [ "${1:-}" = startup ]; then
+if [ "${1:-}" = startup ] && [ "${2:-}" = b2 ]; then
+    # B2 (#14, raised to <= 5 %): jobs=1, both workloads, 5 runs, with the contrasts (the same
+    # engine without warmkit.prepare(), cold and warm; WARMKIT_TRITON_KEY_CACHE=0): ~6 min.
+    # Then a cProfile of one demo warm restart on the kept cache: what is left in the warmup.
+    KEEP=$(mktemp -d)
+    TAIL=30 step b2_startup 500 python3 benchmarks/startup.py --jobs 1 --runs 5 \
+        --keep "$KEEP" --out "$RES/b2.json"
+    TARGET=$(python3 -c "import json; print(json.load(open('$RES/b2.json'))['results']['target'])" \
+        2>/dev/null || echo cuda:90)
+    TAIL=5 step b2_demo_profile 40 env STARTUP_PROFILE="$RES/b2_demo_profile.txt" \
+        TRITON_CACHE_DIR="$KEEP/demo-r0-cold1" XDG_CACHE_HOME="$KEEP/demo-r0-xdg1" \
+        python3 benchmarks/startup.py --child "$KEEP/demo-warmup.json" --target "$TARGET"
+    head -n 60 "$RES/b2_demo_profile.txt"
+    rm -rf "$KEEP"
+elif [ "${1:-}" = startup ]; then
     # ~65 fresh processes, each importing torch: it needs a device call of its own.
     TAIL=45 step b1_b3_startup 570 python3 benchmarks/startup.py --jobs "${JOBS:-1,2,4,8}" \
         --runs 5 --warm-runs 3 --no-contrast --out "$RES/b1_b3.json"
