@@ -328,6 +328,13 @@ def check_ptxas_version_cache() -> None:
     assert nv.get_ptxas_version.cache_info().currsize == 0
 
 
+@canary("probe_kernel")
+def check_probe_kernel() -> None:
+    kernel = api.probe_kernel()
+    assert api.is_jit_function(kernel)
+    assert api.jit_params(kernel)[0] == ["src", "dst", "n", "BLOCK"]
+
+
 @canary("prime_specializer")
 def check_prime_specializer() -> None:
     # Its point is the specializer's lazy import (which a fresh process lacks; the

@@ -106,8 +106,9 @@ def test_prepare_workers_runs_the_backends_setup_in_each_started_worker():
 
 def test_prime_worker_compiles_for_the_target_into_a_throwaway_cache(triton_cache):
     from triton import knobs
-    from warmkit._plugins import get_backend
     from warmkit_triton import _triton_api as api
+
+    from warmkit._plugins import get_backend
 
     backend = get_backend("triton")
     assert isinstance(backend, warmkit.PrimesWorkers)

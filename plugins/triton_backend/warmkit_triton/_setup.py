@@ -96,7 +96,7 @@ def prime_worker(target: str) -> None:
 
     from ._tensor import WarmupTensor
 
-    kernel = _probe_kernel()
+    kernel = api.probe_kernel()
     drv = AotDriver(parse_target(target))
     with (
         tempfile.TemporaryDirectory(prefix="warmkit-prime-") as tmp,
@@ -107,15 +107,3 @@ def prime_worker(target: str) -> None:
         x = WarmupTensor("float32", (256,))
         api.warmup(kernel, (x, x, 256), {"BLOCK": 128}, {"num_warps": 4})
         api.drop_device(kernel, device)
-
-
-def _probe_kernel() -> Any:
-    import triton
-    import triton.language as tl
-
-    @triton.jit
-    def warmkit_prime(src, dst, n, BLOCK: tl.constexpr):
-        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-        tl.store(dst + offs, tl.load(src + offs, mask=offs < n) * 2.0, mask=offs < n)
-
-    return warmkit_prime

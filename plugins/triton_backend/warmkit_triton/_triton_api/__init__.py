@@ -67,6 +67,7 @@ from ._language import (
     dtype_from_name,
     dtype_name,
     jit_param_flags,
+    probe_kernel,
     source_identity,
     unwrap_constexpr,
 )
@@ -188,6 +189,7 @@ __all__ = [
     "prime_ptxas_version",
     "prime_specializer",
     "probe_cache_hash",
+    "probe_kernel",
     "prune_configs",
     "ptxas_info",
     "ptxas_path",
