@@ -525,7 +525,7 @@ class _Run:
             t0 = time.perf_counter()
             name = type(kernel).name
             try:
-                in_worker = self._in_worker(kernel, key, target)
+                in_worker = None if self._procs is None else self._in_worker(kernel, key, target)
                 # compiled, cached, waited (another process of this host) or fetched (store)
                 executor, status = self.fleet.compile(backend, kernel, key, target)
             except Exception as exc:  # noqa: BLE001 -- reported as this backend's keys' failure
