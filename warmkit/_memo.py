@@ -74,16 +74,21 @@ def rehearse(kernel: Any, points: list[dict[str, Any]]) -> int:
         return 0
     executors, done = cls.executors, 0
     for inputs in points[:REHEARSE_LIMIT]:
-        for variant in cls.runtime_inputs(inputs):
+        try:
+            variants = list(cls.runtime_inputs(inputs))
+        except Exception as exc:  # noqa: BLE001 - an optimisation: never fails a warmup
+            logger.warning(
+                "%s.runtime_inputs(%r) raised %r: not rehearsed", cls.__qualname__, inputs, exc
+            )
+            continue
+        for variant in variants:
             try:
                 key = kernel.dispatch(**variant)
-                warmed = key in executors
+                if key in executors:
+                    kernel.launch_executor(key)  # in executors: never compiles
+                    done += 1
             except Exception as exc:  # noqa: BLE001 - a guessed variant may not be accepted
                 logger.debug("%s: dispatch(**%r) not rehearsed: %s", cls.__qualname__, variant, exc)
-                continue
-            if warmed:
-                kernel.launch_executor(key)
-                done += 1
     return done
 
 

@@ -42,10 +42,12 @@ logger = logging.getLogger(__name__)
 _lock = threading.Lock()
 #: The setups running or finished but not yet joined by a warmup, by (target, backends).
 _threads: dict[tuple[str | None, tuple[str, ...] | None], threading.Thread] = {}
-_failures: dict[str, BaseException] = {}
+_failures: dict[tuple[str | None, str], BaseException] = {}  # (target, backend) -> error
 
 
-def prepare(config: Any = None, modules: list[str] | None = None) -> int:
+def prepare(
+    config: Any = None, modules: list[str] | None = None, *, jobs: int | None = None
+) -> int:
     """Start warmup's one-time setup now, in the background; returns how many worker processes start.
 
     Call it early, before building the engine (it returns at once). Idempotent.
@@ -57,6 +59,8 @@ def prepare(config: Any = None, modules: list[str] | None = None) -> int:
             ``WARMKIT_BACKENDS``, ``WARMKIT_JOBS``).
         modules: what each worker process imports at start; default torch and
             Triton if installed.
+        jobs: the number of jobs, overriding ``config``'s (``prepare(jobs=8)``,
+            as before ``config`` existed).
 
     Worker processes start when they would pay (``jobs``: default
     ``WARMKIT_JOBS``, else the number of CPUs): ``jobs >= 4`` with
@@ -66,10 +70,11 @@ def prepare(config: Any = None, modules: list[str] | None = None) -> int:
     """
     if config is None or isinstance(config, int):
         enabled = _envs.get("WARMKIT_ENABLED")
-        jobs, target, backends = config, _envs.get("WARMKIT_TARGET"), _envs.get("WARMKIT_BACKENDS")
+        given, target, backends = config, _envs.get("WARMKIT_TARGET"), _envs.get("WARMKIT_BACKENDS")
     else:
-        enabled, jobs = config.enabled, config.jobs
+        enabled, given = config.enabled, config.jobs
         target, backends = config.target, config.backends
+    jobs = jobs if jobs is not None else given
     if not enabled:
         return 0
     jobs = jobs or _envs.get("WARMKIT_JOBS") or os.cpu_count() or 1
@@ -124,11 +129,14 @@ def _setup(target: str | None, backends: tuple[str, ...] | None) -> None:
             )
             logger.debug("warmkit.prepare: backend %s setup failed: %s", name, exc)
             with _lock:
-                _failures[name] = exc
+                _failures[target, name] = exc
 
 
-def join() -> dict[str, BaseException]:
+def join(target: str | None = None) -> dict[str, BaseException]:
     """Wait for the setup ``prepare()`` started; return, and forget, its failures by backend name.
+
+    Only the failures of the setup for ``target`` (the warmup's) are returned: a
+    setup another target's ``prepare()`` ran is that target's business (logged).
 
     ``warmup`` calls it first. Safe when ``prepare()`` was never called (returns
     at once) and from the setup thread itself (which it does not wait for). A
@@ -141,6 +149,9 @@ def join() -> dict[str, BaseException]:
     with _lock:
         for k in threads:
             _threads.pop(k, None)
-        failures = dict(_failures)
+        failures = {name: exc for (t, name), exc in _failures.items() if t == target}
+        others = {k: exc for k, exc in _failures.items() if k[0] != target}
         _failures.clear()
+    for (t, name), exc in others.items():
+        logger.warning("warmkit.prepare() for target %s: backend %r setup failed: %s", t, name, exc)
     return failures

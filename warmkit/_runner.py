@@ -112,8 +112,8 @@ def run(
                 i = jobs.get_nowait()
             except queue.Empty:
                 return
+            on_unrun(items[i], reason)  # then reported: a Ctrl-C between never loses it
             report(i)
-            on_unrun(items[i], reason)
 
     def take() -> int | None:  # holding the lock: the next item, or None to exit
         while not state["closed"]:
@@ -172,8 +172,8 @@ def run(
                         break
                     abandoned.add(j)
                     del running[j]
-                    report(j)
                     on_timeout(items[j], secs)
+                    report(j)
                     start()  # the abandoned thread's replacement
     except KeyboardInterrupt:
         with lock:
@@ -181,8 +181,12 @@ def run(
             drain(CANCELLED)
             for i in range(len(items)):
                 if not reported[i]:
-                    report(i)
                     on_unrun(items[i], CANCELLED)  # running now: abandoned
+                    report(i)
         raise
-    if state["error"] is not None:
-        raise state["error"]
+    # `finished` is set by the last report(), before that item's callback has run (under
+    # the lock): take the lock, so every callback has run and its error is seen here.
+    with lock:
+        error = state["error"]
+    if error is not None:
+        raise error

@@ -190,7 +190,7 @@ def warmup(config: WarmupConfig | None = None, registry: Any = None) -> WarmupRe
     t_start = time.perf_counter()
     # The one-time setup warmkit.prepare() started: finished before planning needs it, and
     # any wait for it counts in this warmup's seconds.
-    setup_failures = join_setup()
+    setup_failures = join_setup(config.target)
     # Plan first: a registration that cannot be planned fails before anything is installed.
     plan = registry.resolve()
     recorded = resolve_recorded(registry.recorded())
@@ -300,7 +300,7 @@ def warmup(config: WarmupConfig | None = None, registry: Any = None) -> WarmupRe
     finally:
         loop.close()
     entries.extend(loop.entries)
-    if config.target is None:
+    if config.target is None and interrupted is None:
         _rehearse(registry, plan)
     # Deterministic report order: plan order. Entries carry the plan's key objects, so
     # their identities place them (hashing every key again cost ~1 us each).

@@ -283,3 +283,14 @@ def test_rehearse_is_bounded_and_skips_an_unmemoized_dispatch():
     beyond = Rehearsed().dispatch(dtype="f16", n=limit + 5)
     assert Rehearsed.launch_lookup(id(beyond)) is None  # past the bound: not rehearsed
     assert _memo.rehearse(Stateful(), [{"n": 1}]) == 0  # reads self.block: no memo
+
+
+def test_a_runtime_inputs_that_raises_is_a_warning_never_a_failed_warmup(monkeypatch, caplog):
+    def broken(cls, inputs):
+        raise RuntimeError("runtime_inputs broke")
+
+    monkeypatch.setattr(Rehearsed, "runtime_inputs", classmethod(broken))
+    with caplog.at_level("WARNING", logger="warmkit._memo"):
+        report = _warm({"dtype": "f16", "n": 8})
+    assert report.ok and [e.status for e in report.entries] == ["compiled"]
+    assert any("runtime_inputs broke" in r.getMessage() for r in caplog.records)

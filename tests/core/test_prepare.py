@@ -132,3 +132,18 @@ def test_the_environment_form_reads_warmkit_variables(backend, monkeypatch):
 def test_prepares_is_a_capability():
     assert isinstance(PreparingBackend(), warmkit.Prepares)
     assert not isinstance(FakeBackend(), warmkit.Prepares)
+
+
+def test_a_setup_failure_for_another_target_fails_nothing_here(backend, caplog):
+    PreparingBackend.error = RuntimeError("sm_100 is unknown here")
+    warmkit.prepare(WarmupConfig(backends=("fake",), jobs=1, progress="off", target="fake:100"))
+    with caplog.at_level("WARNING", logger="warmkit._prepare"):
+        report = warmkit.warmup(WarmupConfig(progress="off"), registry(ScaleKernel))
+    assert [e.status for e in report.entries] == ["compiled", "compiled"]
+    assert any("fake:100" in r.getMessage() and "sm_100" in r.getMessage() for r in caplog.records)
+
+
+def test_prepare_takes_jobs_by_keyword(backend, monkeypatch):
+    monkeypatch.setenv("WARMKIT_COMPILE_PROCESSES", "off")
+    assert warmkit.prepare(jobs=8) == 0  # processes off: the setup only, and no TypeError
+    warmkit.warmup(WarmupConfig(progress="off"), registry(ScaleKernel))

@@ -90,3 +90,24 @@ def test_a_late_item_times_out_and_the_others_finish():
     assert calls.timed_out == [0]
     assert sorted(i for i, _ in calls.done) == [1, 2, 3]
     assert calls.every_item_once(4)
+
+
+def test_run_returns_only_after_the_last_callback_ran_and_raises_its_error():
+    """The last report wakes the caller before its on_done ran: run must wait for it."""
+    done: list[int] = []
+
+    def slow_on_done(i, result):
+        time.sleep(0.2)  # the callback of the last item, still running when `finished` is set
+        done.append(i)
+        if i == 0:
+            raise ValueError("on_done of the last item")
+
+    with pytest.raises(ValueError, match="last item"):
+        run([0], lambda i: i, workers=1, timeout=None, on_done=slow_on_done,
+            on_timeout=lambda i, s: None, on_unrun=lambda i, r: None)  # fmt: skip
+    assert done == [0]
+    done.clear()
+    run(list(range(3)), lambda i: i, workers=2, timeout=None,
+        on_done=lambda i, r: (time.sleep(0.05), done.append(i))[1],
+        on_timeout=lambda i, s: None, on_unrun=lambda i, r: None)  # fmt: skip
+    assert sorted(done) == [0, 1, 2]
