@@ -118,9 +118,6 @@ def _setup(target: str | None, backends: tuple[str, ...] | None) -> None:
             continue
         try:
             backend.prepare(target)
-            from ._workers import prepare_workers
-
-            prepare_workers(name, backend, target)
         except Exception as exc:  # noqa: BLE001 -- fails this backend's keys in the next warmup
             exc.add_note(
                 f"warmkit: raised by backend plugin {name!r} "
@@ -130,6 +127,19 @@ def _setup(target: str | None, backends: tuple[str, ...] | None) -> None:
             logger.debug("warmkit.prepare: backend %s setup failed: %s", name, exc)
             with _lock:
                 _failures[target, name] = exc
+            continue
+        # Setting the workers up is an optimisation: a failure there is the workers' first
+        # compile's to report (or the thread fallback's), never this backend's keys.
+        from ._workers import prepare_workers
+
+        try:
+            prepare_workers(name, backend, target)
+        except Exception as exc:  # noqa: BLE001 -- named, never a failed key
+            logger.warning(
+                "warmkit.prepare: setting up the compile workers for backend %r failed: %s",
+                name,
+                exc,
+            )
 
 
 def join(target: str | None = None) -> dict[str, BaseException]:

@@ -147,3 +147,29 @@ def test_prepare_takes_jobs_by_keyword(backend, monkeypatch):
     monkeypatch.setenv("WARMKIT_COMPILE_PROCESSES", "off")
     assert warmkit.prepare(jobs=8) == 0  # processes off: the setup only, and no TypeError
     warmkit.warmup(WarmupConfig(progress="off"), registry(ScaleKernel))
+
+
+class WorkerRefusing(PreparingBackend):
+    """Compiles in workers, but cannot say for which target: setting the workers up fails."""
+
+    def worker_target(self, target):
+        raise RuntimeError("no worker target here")
+
+
+def test_a_failure_setting_up_the_workers_is_a_warning_not_a_failed_key(caplog):
+    from warmkit import _workers
+
+    PreparingBackend.events, PreparingBackend.release, PreparingBackend.error = [], None, None
+    _workers.start_workers(1, modules=[])  # a started pool: prepare() then sets it up
+    try:
+        with backend_override("fake", WorkerRefusing()), caplog.at_level("WARNING"):
+            warmkit.prepare(FAKE)
+            report = warmkit.warmup(WarmupConfig(progress="off", jobs=1), registry(ScaleKernel))
+    finally:
+        _workers.shutdown()
+    assert [e.status for e in report.entries] == ["compiled", "compiled"]
+    assert any(
+        "compile workers for backend 'fake'" in r.getMessage()
+        and "no worker target here" in r.getMessage()
+        for r in caplog.records
+    )
