@@ -78,6 +78,10 @@ def _supports_entries(backend: Any) -> bool:
     return isinstance(backend, FleetCapable)
 
 
+def _cache_hit(executor: Any) -> bool:
+    return isinstance(executor, ReportsCacheHit) and executor.cache_hit is True
+
+
 def _read_files(files: Mapping[str, Path]) -> dict[str, bytes]:
     return {name: Path(p).read_bytes() for name, p in files.items()}
 
@@ -253,14 +257,14 @@ class Fleet:
 
         def plain() -> tuple[Any, bool]:
             executor, cached = kernel._warmkit_compile(key, target)
-            hit = isinstance(executor, ReportsCacheHit) and executor.cache_hit is True
-            return executor, cached or hit
+            return executor, cached or _cache_hit(executor)
 
-        name = type(kernel).name
         ek = self._entry_key(backend, kernel, key, target)
         if ek is None:
-            executor, hit = plain()
+            executor, cached = kernel._warmkit_compile(key, target)
+            hit = cached or _cache_hit(executor)
             if self.read_only and not hit:
+                name = type(kernel).name
                 raise CacheMissError(
                     f"read-only serving: kernel {name!r} key {key!r} was not in the cache and "
                     "was compiled in memory; add it to the bundle baked into the image",
@@ -268,6 +272,7 @@ class Fleet:
                     key=key,
                 )
             return executor, "cached" if hit else "compiled"
+        name = type(kernel).name
         if backend.entry_files(ek) is not None:
             return self._load(plain, "cached", name, key, ek)
         if self.read_only:

@@ -334,11 +334,12 @@ class JitKernel(Generic[K]):
             if executor is not _MISSING:
                 return executor, True
             pending = inflight.setdefault(ckey, mine)  # one hash of the key, not two
+            if pending is not mine:
+                pending.add_waiter()
         if pending is not mine:
             return pending.wait(), True
         try:
-            with monitor.compile_scope(target):
-                executor = self.compile(key)
+            executor = monitor._compile_in_scope(target, self.compile, key)
             if executor is None:
                 where = f"target {target!r}, runtime context {runtime_context!r}"
                 raise RuntimeError(
@@ -348,12 +349,16 @@ class JitKernel(Generic[K]):
         except BaseException as exc:
             with cls._warmkit_lock:
                 del inflight[ckey]
-            pending.fail(exc)
+                waiters = mine.settle(None, exc)
+            if waiters is not None:
+                waiters.set()
             raise
         with cls._warmkit_lock:
             cache[ckey] = executor
             del inflight[ckey]
-        pending.finish(executor)
+            waiters = mine.settle(executor, None)
+        if waiters is not None:
+            waiters.set()
         return executor, False
 
     def _warmkit_in_memory(self, key: K, target: str | None) -> bool:
@@ -369,29 +374,32 @@ _MISSING = object()
 class _Pending:
     """A compile in progress: later callers for the same key wait for its owner's result.
 
-    Lighter than a ``Future`` (warmup makes one per key): a lock held from the
-    start, released by the owner when the result or the error is in.
+    Warmup makes one per key and almost never has a waiter, so the ``Event``
+    is made only by the first waiter. ``add_waiter`` and ``settle`` run under
+    the kernel's lock, ``settle`` in the same hold that takes the key out of
+    the in-flight map: a waiter that found it there always gets its event set.
     """
 
-    __slots__ = ("_done", "_error", "_result")
+    __slots__ = ("_error", "_event", "_result")
 
     def __init__(self) -> None:
-        self._done = threading.Lock()
-        self._done.acquire()
+        self._event: threading.Event | None = None
         self._result: Any = None
         self._error: BaseException | None = None
 
-    def finish(self, result: Any) -> None:
-        self._result = result
-        self._done.release()
+    def add_waiter(self) -> None:
+        if self._event is None:
+            self._event = threading.Event()
 
-    def fail(self, error: BaseException) -> None:
+    def settle(self, result: Any, error: BaseException | None) -> threading.Event | None:
+        """Record the outcome; return the event to set once the lock is released, if any."""
+        self._result = result
         self._error = error
-        self._done.release()
+        return self._event
 
     def wait(self) -> Any:
-        with self._done:  # acquired once the owner released it
-            pass
+        assert self._event is not None  # add_waiter() ran, under the lock
+        self._event.wait()
         if self._error is not None:
             raise self._error
         return self._result

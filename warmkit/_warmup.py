@@ -429,7 +429,6 @@ class _Run:
             from tqdm import tqdm
 
             self._bar = tqdm(total=total, desc="warmkit warmup", unit="key", file=sys.stderr)
-        self._per_kernel: dict[str, float] = {}
         self._procs: Any = None
         self.fleet: Any = None
         self.setup_failures: dict[str, BaseException] = {}
@@ -437,8 +436,12 @@ class _Run:
     def close(self) -> None:
         if self._bar is not None:
             self._bar.close()
-        for name, secs in self._per_kernel.items():
-            logger.debug("kernel %s: %.3fs", name, secs)
+        if logger.isEnabledFor(logging.DEBUG):
+            per_kernel: dict[str, float] = {}
+            for e in self.entries:
+                per_kernel[e.kernel] = per_kernel.get(e.kernel, 0.0) + e.seconds
+            for name, secs in per_kernel.items():
+                logger.debug("kernel %s: %.3fs", name, secs)
 
     def _kind(self, name: str, key: Any) -> str:
         return "recorded" if self.recorded and (name, key) in self.recorded else "declared"
@@ -446,9 +449,11 @@ class _Run:
     def _add(self, entry: ReportEntry) -> None:
         if entry.kind == "declared" and self._kind(entry.kernel, entry.key) == "recorded":
             entry = attrs.evolve(entry, kind="recorded")
+        self._append(entry)
+
+    def _append(self, entry: ReportEntry) -> None:  # entry.kind is already right
         with self._lock:
             self.entries.append(entry)
-            self._per_kernel[entry.kernel] = self._per_kernel.get(entry.kernel, 0.0) + entry.seconds
             if self._bar is not None:
                 self._bar.update(1)
 
@@ -530,19 +535,30 @@ class _Run:
                 executor, status = self.fleet.compile(backend, kernel, key, target)
             except Exception as exc:  # noqa: BLE001 -- reported as this backend's keys' failure
                 return ReportEntry(
-                    name, backend_name, key, "failed", time.perf_counter() - t0, _describe(exc), exc
+                    name,
+                    backend_name,
+                    key,
+                    "failed",
+                    time.perf_counter() - t0,
+                    _describe(exc),
+                    exc,
+                    kind=self._kind(name, key),
                 )
             if in_worker == "compiled":  # the parent's compile was the worker's cache hit
                 status = "compiled"
             tuning = executor.tuning if isinstance(executor, ReportsTuning) else None
+            if not isinstance(tuning, str):
+                tuning = None
             return ReportEntry(
                 name,
                 backend_name,
                 key,
                 status,
                 time.perf_counter() - t0,
-                tuning=tuning if isinstance(tuning, str) else None,
-                kind=self._kind(name, key),
+                None,
+                None,
+                tuning,
+                "recorded" if self.recorded and (name, key) in self.recorded else "declared",
             )
 
         def skipped(item: tuple[Any, Any], reason: str) -> None:
@@ -550,7 +566,7 @@ class _Run:
             self._add(ReportEntry(type(kernel).name, backend_name, key, "skipped", error=reason))
 
         def finished(_item: tuple[Any, Any], entry: ReportEntry) -> bool:
-            self._add(entry)
+            self._append(entry)  # from one() or timed_out(): its kind is set
             if entry.status == "failed" and self.config.on_error == "raise" and not self.aborted:
                 self.aborted = True  # keys already running finish; the rest are skipped
             return self.aborted
@@ -566,7 +582,14 @@ class _Run:
             finished(
                 item,
                 ReportEntry(
-                    type(kernel).name, backend_name, key, "failed", seconds, _describe(exc), exc
+                    type(kernel).name,
+                    backend_name,
+                    key,
+                    "failed",
+                    seconds,
+                    _describe(exc),
+                    exc,
+                    kind=self._kind(type(kernel).name, key),
                 ),
             )
 

@@ -22,10 +22,11 @@ Example::
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from typing import Any
 
@@ -200,6 +201,22 @@ class _CompileScope:
 def compile_scope(target: str | None) -> contextlib.AbstractContextManager[None]:
     """A compile of warmkit's own (``managed_compile``) for ``target`` (``target_scope``)."""
     return _CompileScope(target)
+
+
+def _compile_in_scope(target: str | None, fn: Callable[[Any], Any], arg: Any) -> Any:
+    """``fn(arg)`` inside ``compile_scope(target)``, in a copy of this thread's context.
+
+    What warmup runs once per key: a context copy costs ~0.1 us, a scope's
+    sets and resets ~1 us. Context variables that ``fn`` sets do not outlive
+    the call.
+    """
+    return contextvars.copy_context().run(_in_scope, target, fn, arg)
+
+
+def _in_scope(target: str | None, fn: Callable[[Any], Any], arg: Any) -> Any:
+    _managed.set(True)
+    _target_var.set(target)
+    return fn(arg)
 
 
 def in_managed_compile() -> bool:
