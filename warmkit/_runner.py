@@ -129,16 +129,14 @@ def run(
         return None
 
     def worker() -> None:
-        while True:
-            with lock:
-                i = take()
-            if i is None:
-                return
+        with lock:
+            i = take()
+        while i is not None:
             try:
                 result, ok = ctx.copy().run(fn, items[i]), True
             except BaseException as exc:  # noqa: BLE001 -- handed to the calling thread
                 result, ok = exc, False
-            with lock:
+            with lock:  # one hold: this item's callback, then the next item
                 running.pop(i, None)
                 if i in abandoned or state["closed"]:
                     return  # timed out (a replacement runs) or cancelled: dropped
@@ -154,6 +152,7 @@ def run(
                     state["error"] = exc
                     close()
                     return
+                i = take()
 
     def start() -> None:
         threading.Thread(target=worker, name="warmkit-compile", daemon=True).start()

@@ -526,8 +526,9 @@ class _Run:
         target: str | None,
         workers: int,
     ) -> None:
-        def one(kernel: Any, key: Any) -> ReportEntry:
+        def one(item: tuple[Any, Any]) -> ReportEntry:
             t0 = time.perf_counter()
+            kernel, key = item
             name = type(kernel).name
             try:
                 in_worker = None if self._procs is None else self._in_worker(kernel, key, target)
@@ -600,7 +601,7 @@ class _Run:
                     skipped((kernel, key), _NOT_ATTEMPTED)
                     continue
                 try:
-                    finished((kernel, key), one(kernel, key))
+                    finished((kernel, key), one((kernel, key)))
                 except KeyboardInterrupt:
                     self.cancelled = True
                     for item in items[n:]:
@@ -610,7 +611,7 @@ class _Run:
         try:
             run(
                 items,
-                lambda item: one(*item),
+                one,
                 workers=workers,
                 timeout=self.config.compile_timeout,
                 on_done=finished,
