@@ -283,9 +283,12 @@ class WarmupRegistry:
             OSError: the file cannot be written; the message names the path, and
                 no temporary file is left behind.
         """
+        from ._plugins import one_scan
+
         path = Path(path)
-        self._check_replayable(path)
-        data = json.dumps(self.to_dict(), indent=2, allow_nan=False)
+        with one_scan():  # each kernel's ref is found and imported back: one scan for them all
+            self._check_replayable(path)
+            data = json.dumps(self.to_dict(), indent=2, allow_nan=False)
         path.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(path, data + "\n")
         return path
@@ -396,7 +399,9 @@ class WarmupRegistry:
         Raises:
             ManifestError: unreadable, malformed, or naming an unresolvable kernel.
         """
-        with _gc_paused():
+        from ._plugins import one_scan
+
+        with _gc_paused(), one_scan():
             return cls._from_data(read_manifest_data(path), path, keep=True)
 
 

@@ -174,6 +174,13 @@ def warmup(config: WarmupConfig | None = None, registry: Any = None) -> WarmupRe
             keys: the ``WarmupError`` then chains the ``BackendUnavailableError``,
             whose message names the kernel, the backend and the install hint.
     """
+    from ._plugins import one_scan
+
+    with one_scan():  # every kernel and backend resolved from one entry-point scan
+        return _warmup(config, registry)
+
+
+def _warmup(config: WarmupConfig | None, registry: Any) -> WarmupReport:
     from ._registry import active_registry, default_registry
 
     config = config if config is not None else WarmupConfig.from_env()

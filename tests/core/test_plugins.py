@@ -95,6 +95,61 @@ def test_entry_points_are_read_fresh_without_a_version_bump(plugin_site, no_stev
     assert "fake2" not in _names(plugins.BACKENDS_GROUP)
 
 
+@pytest.fixture
+def scans(monkeypatch):
+    """The groups importlib.metadata was asked for, in order (the real call still runs)."""
+    import importlib.metadata
+
+    seen: list[str | None] = []
+    real = importlib.metadata.entry_points
+
+    def counting(**params):
+        seen.append(params.get("group"))
+        return real(**params)
+
+    monkeypatch.setattr(importlib.metadata, "entry_points", counting)
+    return seen
+
+
+def test_one_scan_reads_each_group_once_and_still_applies_the_allow_list(
+    plugin_site, scans, monkeypatch
+):
+    plugin_site.add_dist("acme", backends={"a1": FAKE, "a2": FAKE})
+    with plugins.one_scan():
+        assert {"a1", "a2"} <= set(_names(plugins.BACKENDS_GROUP))
+        monkeypatch.setenv("WARMKIT_PLUGINS", "a2")
+        assert _names(plugins.BACKENDS_GROUP) == ["a2"]
+        assert plugins.get_backend("a2").name == "fake"
+        with plugins.one_scan():  # nested: the outer snapshot
+            assert plugins._find(plugins.BACKENDS_GROUP, "a1") is not None
+    assert scans.count(plugins.BACKENDS_GROUP) == 1
+    assert scans.count(plugins.KERNELS_GROUP) == 1  # the allow-list's check of its names
+
+
+def test_outside_one_scan_every_discovery_is_fresh_again(plugin_site, scans):
+    info = plugin_site.add_dist("acme", backends={"fake": FAKE})
+    with plugins.one_scan():
+        assert "fake2" not in _names(plugins.BACKENDS_GROUP)
+        plugin_site.write_entry_points(info, backends={"fake": FAKE, "fake2": FAKE})
+        assert "fake2" not in _names(plugins.BACKENDS_GROUP)  # the block's snapshot
+    assert "fake2" in _names(plugins.BACKENDS_GROUP)
+    assert scans.count(plugins.BACKENDS_GROUP) == 2
+
+
+def test_a_manifest_of_several_kernels_is_saved_and_loaded_with_one_scan_each(
+    plugin_site, scans, tmp_path
+):
+    plugin_site.add_dist("acme", kernels={"acme.py": f"{_kernels.__name__}:PyKernel"})
+    reg = WarmupRegistry()
+    reg.add(_kernels.PyKernel, n=[1, 2])
+    reg.add(_kernels.OtherKernel, m=[3])
+    path = reg.save(tmp_path / "m.json")
+    assert scans.count(plugins.KERNELS_GROUP) == 1
+    loaded = WarmupRegistry.load(path)
+    assert scans.count(plugins.KERNELS_GROUP) == 2
+    assert {r.kernel_cls for r in loaded} == {_kernels.PyKernel, _kernels.OtherKernel}
+
+
 def test_only_the_needed_plugins_are_imported(plugin_site, no_stevedore_cache):
     for mod in ("wkp_only_a", "wkp_only_b", "wkp_only_k"):
         plugin_site.add_module(mod, BACKEND_SRC.format(name=mod))
