@@ -29,6 +29,7 @@ from ._backend import (
     TuningPlan,
     current_target,
 )
+from ._config import WarmupConfig
 from ._dsl import FunctionKernel, MethodHooks
 from ._envs import EnvVar
 from ._exceptions import (
@@ -68,7 +69,7 @@ from ._registry import (
 from ._report import ReportEntry, WarmupReport
 from ._space import Choices, DispatchInfo, IntRange, ZipGroup, zip_inputs
 from ._version import __version__
-from ._warmup import WarmupConfig, warmup
+from ._warmup import warmup
 from ._workers import PrimesWorkers, ProcessCompiles
 
 __all__ = [

@@ -175,8 +175,9 @@ def _tuning_notes(registry: Any, target: str | None) -> dict[tuple[str, str], st
 
 
 def _cmd_warmup(args: argparse.Namespace) -> int:
+    from ._config import WarmupConfig
     from ._registry import WarmupRegistry
-    from ._warmup import WarmupConfig, warmup
+    from ._warmup import warmup
 
     registry = WarmupRegistry.load(args.manifest)
     overrides: dict[str, Any] = {}

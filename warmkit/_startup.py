@@ -91,9 +91,10 @@ def main(hook_file: str | None = None) -> None:
     record = _envs.get("WARMKIT_RECORD")
     try:
         if manifest is not None:
+            from ._config import WarmupConfig
             from ._exceptions import WarmkitError
             from ._registry import WarmupRegistry
-            from ._warmup import WarmupConfig, warmup
+            from ._warmup import warmup
 
             try:
                 overrides: dict[str, Any] = {"progress": "off"}

@@ -6,12 +6,14 @@ order, in parallel where the backend allows -> report -> arm the monitor.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import logging
 import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import nullcontext
 from typing import Any
 
@@ -19,133 +21,20 @@ import attrs
 
 from . import _envs, _memo, metrics, monitor
 from ._backend import CanonicalTargets, ReportsTuning
+from ._config import WarmupConfig
 from ._exceptions import BackendUnavailableError, WarmupError
 from ._prepare import join as join_setup
 from ._record import resolve_recorded, start_recording
+from ._registry import _gc_paused
 from ._report import ReportEntry, WarmupReport
 from ._runner import CANCELLED, NOT_ATTEMPTED, run
 
-__all__ = ["WarmupConfig", "warmup"]
+__all__ = ["warmup"]
 
 logger = logging.getLogger(__name__)
 
 _NOT_ATTEMPTED = NOT_ATTEMPTED
 _NOT_REPLAYABLE = "not replayable: "
-
-
-def _in(*choices: str) -> Callable[[Any, Any, Any], None]:
-    def check(_inst: Any, attribute: Any, value: Any) -> None:
-        if value not in choices:
-            raise ValueError(
-                f"WarmupConfig.{attribute.name} must be one of {', '.join(map(repr, choices))}, "
-                f"got {value!r}"
-            )
-
-    return check
-
-
-def _jobs(_inst: Any, _attr: Any, value: Any) -> None:
-    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
-        raise ValueError(f"WarmupConfig.jobs must be a positive int or None (auto), got {value!r}")
-
-
-def _timeout(_inst: Any, _attr: Any, value: Any) -> None:
-    if value is not None and (
-        isinstance(value, bool) or not isinstance(value, int | float) or not value > 0
-    ):
-        raise ValueError(
-            f"WarmupConfig.compile_timeout must be a positive number of seconds or None, "
-            f"got {value!r}"
-        )
-
-
-def _backends(value: Any) -> tuple[str, ...] | None:
-    if value is None:
-        return None
-    if isinstance(value, str):
-        value = value.split(",")
-    return tuple(sorted({str(v).strip() for v in value if str(v).strip()}))
-
-
-@attrs.frozen
-class WarmupConfig:
-    """How ``warmkit.warmup`` runs. Every field has a ``WARMKIT_*`` variable (``from_env``).
-
-    Attributes:
-        enabled: False makes warmup return at once, importing no backend.
-        monitor: what a compile after warmup does: ``"off"``, ``"warn"``, ``"error"``.
-        jobs: parallel compiles; None = the number of CPUs.
-        target: compile for this target (e.g. ``"cuda:90"``) instead of the current device.
-        on_error: ``"raise"`` stops at the first failure; ``"collect"`` compiles
-            everything, then raises once listing every failure.
-        progress: ``"auto"`` (a bar on a TTY, rank 0 only), ``"on"``, ``"off"``.
-        backends: allow-list of backend names; kernels of others are skipped.
-        bundle: a ``.wkb`` bundle to install before compiling (``docs/bundles.md``);
-            its entries turn compiles into cache hits.
-        compile_timeout: seconds one key's compile may take; a longer one is a
-            failed key (``TimeoutError``) and its thread is abandoned
-            (``docs/reliability.md``). None = unbounded.
-        record: after warmup, record every runtime JIT event into this
-            manifest (``{rank}`` allowed; ``docs/record.md``); needs the
-            monitor in ``"warn"`` or ``"error"`` mode.
-        store: a shared compile store (``docs/fleet.md``): ``redis://host:port/db``,
-            ``rediss://...``, or a directory; None = the local cache only. Each key
-            is fetched before it is compiled and published after.
-        store_required: an unreachable store fails the warmup instead of
-            degrading to local compiles with one warning.
-        read_only: serve from a read-only cache (e.g. a bundle baked into an
-            image): write nothing, and make any miss a ``CacheMissError``.
-    """
-
-    enabled: bool = attrs.field(default=True, validator=attrs.validators.instance_of(bool))
-    monitor: str = attrs.field(default="warn", validator=_in(*_envs.MONITOR_MODES))
-    jobs: int | None = attrs.field(default=None, validator=_jobs)
-    target: str | None = None
-    on_error: str = attrs.field(default="raise", validator=_in(*_envs.ON_ERROR_MODES))
-    progress: str = attrs.field(default="auto", validator=_in(*_envs.PROGRESS_MODES))
-    backends: tuple[str, ...] | None = attrs.field(default=None, converter=_backends)
-    bundle: str | None = attrs.field(
-        default=None, converter=lambda v: None if v is None else str(v)
-    )
-    compile_timeout: float | None = attrs.field(default=None, validator=_timeout)
-    record: str | None = attrs.field(
-        default=None, converter=lambda v: None if v is None else os.fspath(v)
-    )
-    store: str | None = attrs.field(default=None, converter=lambda v: None if v is None else str(v))
-    store_required: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
-    read_only: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
-
-    def __attrs_post_init__(self) -> None:
-        if self.record is not None and self.monitor == "off":
-            raise ValueError(
-                f"WarmupConfig.record={self.record!r} needs the monitor: recording sees what it "
-                "sees; set monitor='warn' (record and compile) or 'error' (record, then raise)"
-            )
-
-    @classmethod
-    def from_env(cls, **overrides: Any) -> WarmupConfig:
-        """A config from the ``WARMKIT_*`` variables (``docs/configuration.md``), then ``overrides``.
-
-        Raises:
-            ValueError: a variable that does not parse (the message names it).
-        """
-        values = {
-            "enabled": _envs.get("WARMKIT_ENABLED"),
-            "monitor": _envs.get("WARMKIT_MONITOR"),
-            "jobs": _envs.get("WARMKIT_JOBS"),
-            "target": _envs.get("WARMKIT_TARGET"),
-            "on_error": _envs.get("WARMKIT_ON_ERROR"),
-            "progress": _envs.get("WARMKIT_PROGRESS"),
-            "backends": _envs.get("WARMKIT_BACKENDS"),
-            "bundle": _envs.get("WARMKIT_BUNDLE"),
-            "compile_timeout": _envs.get("WARMKIT_COMPILE_TIMEOUT"),
-            "record": _envs.get("WARMKIT_RECORD"),
-            "store": _envs.get("WARMKIT_STORE"),
-            "store_required": _envs.get("WARMKIT_STORE_REQUIRED"),
-            "read_only": _envs.get("WARMKIT_READ_ONLY"),
-        }
-        values.update(overrides)
-        return cls(**values)
 
 
 def _progress_enabled(setting: str) -> bool:
@@ -176,11 +65,34 @@ def warmup(config: WarmupConfig | None = None, registry: Any = None) -> WarmupRe
     """
     from ._plugins import one_scan
 
-    with one_scan():  # every kernel and backend resolved from one entry-point scan
-        return _warmup(config, registry)
+    with one_scan(), _kept_out_of_gc() as keep:  # one entry-point scan for all plugins
+        return _warmup(config, registry, keep)
 
 
-def _warmup(config: WarmupConfig | None, registry: Any) -> WarmupReport:
+@contextlib.contextmanager
+def _kept_out_of_gc() -> Iterator[Callable[[], None]]:
+    """Garbage collection in the block skips what existed before it, and what ``keep()`` keeps.
+
+    A warmup keeps what it makes (keys, executors, report entries), and each
+    full collection walks every tracked object again: the loaded manifest,
+    the plan. At 100,000 keys that was 2-13 us a key. ``gc.freeze`` puts
+    them out of the collector's walk until the block ends; garbage made in
+    the block (a compiler's) is still collected. Nothing is frozen when the
+    process froze objects itself (a pre-fork server): ``gc.unfreeze`` would
+    thaw those too.
+    """
+    own = gc.isenabled() and not gc.get_freeze_count()
+    if not own:
+        yield lambda: None
+        return
+    gc.freeze()
+    try:
+        yield gc.freeze
+    finally:
+        gc.unfreeze()
+
+
+def _warmup(config: WarmupConfig | None, registry: Any, keep: Callable[[], None]) -> WarmupReport:
     from ._registry import active_registry, default_registry
 
     config = config if config is not None else WarmupConfig.from_env()
@@ -199,8 +111,10 @@ def _warmup(config: WarmupConfig | None, registry: Any) -> WarmupReport:
     # any wait for it counts in this warmup's seconds.
     setup_failures = join_setup(config.target)
     # Plan first: a registration that cannot be planned fails before anything is installed.
-    plan = registry.resolve()
-    recorded = resolve_recorded(registry.recorded())
+    with _gc_paused():  # planning keeps every object it makes: none is garbage
+        plan = registry.resolve()
+        recorded = resolve_recorded(registry.recorded())
+        keep()
     if config.bundle is not None:
         if config.read_only:
             raise ValueError(
@@ -284,6 +198,7 @@ def _warmup(config: WarmupConfig | None, registry: Any) -> WarmupReport:
     check_target(config.target, [b for b in groups if b is not None])
 
     loop = _Run(config, n_keys, jobs, t_start, recorded_keys)
+    loop.keep = keep
     loop.setup_failures = setup_failures
     interrupted: KeyboardInterrupt | None = None
     if config.on_error == "raise" and any(e.status == "failed" for e in entries):
@@ -413,6 +328,10 @@ def _rehearse(registry: Any, plan: Mapping[str, tuple[Any, list[Any]]]) -> None:
             _memo.rehearse(plan[name][0], pts)
 
 
+#: Report entries between two ``keep()`` calls (``_kept_out_of_gc``).
+_KEEP_EVERY = 8192
+
+
 class _Run:
     """One warmup's compile loop: parallel per backend, fail-fast or collect, with progress."""
 
@@ -439,6 +358,7 @@ class _Run:
         self._procs: Any = None
         self.fleet: Any = None
         self.setup_failures: dict[str, BaseException] = {}
+        self.keep: Callable[[], None] = lambda: None  # see _kept_out_of_gc
 
     def close(self) -> None:
         if self._bar is not None:
@@ -463,6 +383,10 @@ class _Run:
             self.entries.append(entry)
             if self._bar is not None:
                 self._bar.update(1)
+            if not len(self.entries) % _KEEP_EVERY:
+                # What the keys made so far is kept: without this, each full collection
+                # walks all of it again, and a warmup's GC time grows as keys squared.
+                self.keep()
 
     def _fail_all(
         self, items: Sequence[tuple[Any, Any]], backend: str | None, exc: BaseException

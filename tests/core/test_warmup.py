@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import sys
 import threading
+import weakref
 from typing import ClassVar
 
 import attrs
@@ -22,6 +24,7 @@ from warmkit import (
     monitor,
 )
 from warmkit import _plugins as plugins
+from warmkit import _warmup as warmup_module
 from warmkit.testing import backend_override
 
 from . import _kernels
@@ -276,6 +279,66 @@ def test_parallel_fail_fast_reports_every_key_in_plan_order(fake_backend):
     assert [e.key for e in report.entries] == reg.plan()[ScaleKernel.name]
     assert report.entries[0].status == "failed"
     assert set(statuses(report)) <= {"compiled", "failed", "skipped"}
+
+
+# -- garbage collection ----------------------------------------------------------------------
+
+
+class _Cycle:
+    me: object = None
+
+
+def _compile_makes_cyclic_garbage(seen: list[int], dead: list[weakref.ref]):
+    def hook(key):
+        seen.append(gc.get_freeze_count())
+        c = _Cycle()
+        c.me = c
+        dead.append(weakref.ref(c))
+        del c
+        gc.collect()  # garbage made inside the warmup is collected inside it
+
+    return hook
+
+
+def test_warmup_keeps_what_it_holds_out_of_gc_walks_and_thaws_it_after(monkeypatch):
+    if gc.get_freeze_count() or not gc.isenabled():
+        pytest.skip("the test process froze objects or disabled gc itself")
+    monkeypatch.setattr(warmup_module, "_KEEP_EVERY", 2)
+    seen: list[int] = []
+    dead: list[weakref.ref] = []
+    PyKernel.hook = _compile_makes_cyclic_garbage(seen, dead)
+    report = warmkit.warmup(cfg(jobs=1), reg_of((PyKernel, {"n": list(range(6))})))
+    assert statuses(report) == ["compiled"] * 6
+    assert seen[0] > 0  # what existed before the warmup is out of the walks
+    assert seen[-1] > seen[0]  # and what the keys made so far, every _KEEP_EVERY entries
+    assert all(ref() is None for ref in dead)  # garbage is not kept
+    assert gc.get_freeze_count() == 0 and gc.isenabled()  # thawed, as it was
+
+
+def test_warmup_that_fails_thaws_too():
+    if gc.get_freeze_count():
+        pytest.skip("the test process froze objects itself")
+    PyKernel.fail_on = frozenset({P(2, False)})
+    with pytest.raises(WarmupError):
+        warmkit.warmup(cfg(on_error="raise"), reg_of((PyKernel, {"n": [1, 2, 3]})))
+    assert gc.get_freeze_count() == 0
+
+
+def test_warmup_never_thaws_what_the_process_froze():
+    """A pre-fork server froze its heap: the warmup freezes nothing more and thaws nothing."""
+    seen: list[int] = []
+    dead: list[weakref.ref] = []
+    PyKernel.hook = _compile_makes_cyclic_garbage(seen, dead)
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        warmkit.warmup(cfg(), reg_of((PyKernel, {"n": [1, 2]})))
+        # (a frozen object freed by its reference count leaves the count: <=, not ==)
+        assert len(seen) == 2 and all(frozen // 2 < n <= frozen for n in seen)  # nothing added
+        assert frozen // 2 < gc.get_freeze_count() <= frozen  # nothing thawed
+        assert all(ref() is None for ref in dead)
+    finally:
+        gc.unfreeze()
 
 
 # -- parallelism ---------------------------------------------------------------------------
@@ -564,48 +627,6 @@ def test_report_entries_are_attrs_objects():
         P(1, False),
         "compiled",
     )
-
-
-# -- config --------------------------------------------------------------------------------
-
-
-def test_config_defaults_match_the_issue():
-    c = WarmupConfig()
-    assert (c.enabled, c.monitor, c.jobs, c.target, c.on_error, c.progress, c.backends) == (
-        True,
-        "warn",
-        None,
-        None,
-        "raise",
-        "auto",
-        None,
-    )
-    with pytest.raises(attrs.exceptions.FrozenInstanceError):
-        c.jobs = 3  # type: ignore[misc]
-
-
-@pytest.mark.parametrize(
-    "kwargs",
-    [
-        {"monitor": "loud"},
-        {"on_error": "ignore"},
-        {"progress": "yes"},
-        {"jobs": 0},
-        {"jobs": -1},
-        {"jobs": 1.5},
-        {"jobs": True},
-        {"enabled": "no"},
-    ],
-)
-def test_config_rejects_bad_values(kwargs):
-    with pytest.raises((ValueError, TypeError)):
-        WarmupConfig(**kwargs)
-
-
-def test_config_backends_is_a_normalised_allow_list():
-    assert WarmupConfig(backends="triton, fake").backends == ("fake", "triton")
-    assert WarmupConfig(backends=["b", "a", "a"]).backends == ("a", "b")
-    assert WarmupConfig(backends=[]).backends == ()
 
 
 # -- nothing is skipped silently ----------------------------------------------------------
