@@ -25,12 +25,10 @@ never sees a half-written manifest.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import hashlib
 import json
 import logging
-import math
 import os
 import threading
 from collections.abc import Iterable, Mapping
@@ -39,6 +37,15 @@ from typing import Any
 
 import attrs
 
+from ._codec import (
+    _canonical,
+    _canonical_cached,
+    _encode_parsed,
+    decode_key,
+    decode_value,
+    encode_key,
+    encode_value,
+)
 from ._exceptions import ManifestError
 
 __all__ = [
@@ -57,53 +64,14 @@ logger = logging.getLogger(__name__)
 
 KINDS = ("raw", "key")
 MANIFEST_FORMAT = "warmkit.manifest"
-MANIFEST_VERSION = 1
+MANIFEST_VERSION = 2  # the version written; 2 groups the recorded section by kernel
+READ_VERSIONS = (1, 2)  # the versions read
 
 _lock = threading.Lock()
 _active: Recorder | None = None
 
 
-# One encoder, not json.dumps(..., sort_keys=True): with options, dumps builds an encoder
-# per call, a third of the cost of reading a recorded entry.
-_encode_canonical = json.JSONEncoder(sort_keys=True, separators=(",", ":"), allow_nan=False).encode
-
-
-def _canonical(data: Any) -> str:
-    return _encode_canonical(data)
-
-
-def _parsed_encoder() -> Any:
-    """``_encode_canonical`` for data parsed from JSON, with json's C encoder made once.
-
-    ``JSONEncoder.encode`` builds a C encoder per call (half its cost for a small
-    spec). Parsed JSON has no cycles, so this one keeps no markers; it is the
-    same encoder otherwise (tests/core/test_record.py checks the two agree).
-    """
-    from json import encoder
-
-    c_make = getattr(encoder, "c_make_encoder", None)
-    if c_make is None:  # an interpreter without json's C accelerator
-        return _encode_canonical
-    default = json.JSONEncoder().default  # its TypeError, as json.dumps raises it
-    make = c_make(
-        None, default, encoder.encode_basestring_ascii, None, ":", ",", True, False, False
-    )
-
-    def encode(data: Any) -> str:
-        return "".join(make(data, 0))
-
-    sample = {"b": [1, 2.5, None, True, "\u00e9\n"], "a": {"z": -0.0, "y": "x"}}
-    if encode(sample) != _encode_canonical(sample):  # another json: keep the plain one
-        return _encode_canonical
-    return encode
-
-
-_encode_parsed = _parsed_encoder()
 _STR_OR_NONE = frozenset({str, type(None)})
-
-
-# A recording repeats a few kernels, backends and targets over thousands of entries.
-_canonical_cached = functools.lru_cache(maxsize=1024)(_canonical)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -118,6 +86,17 @@ def _entry_id(
     # canonical, so it is spliced in rather than parsed and dumped again.
     ident = f"{_id_head(backend, kind, kernel)}{spec_json},{_canonical_cached(target)}]"
     return hashlib.sha256(ident.encode()).hexdigest()[:24]
+
+
+_FIELD_TYPES: dict[str, tuple[type, ...]] = {
+    "backend": (str, type(None)),
+    "kind": (str,),
+    "kernel": (str,),
+    "name": (str,),
+    "target": (str, type(None)),
+    "replayable": (bool,),
+    "spec": (dict,),
+}
 
 
 @attrs.frozen
@@ -235,16 +214,7 @@ class RecordedEntry:
         where = f"recorded entry {index}"
         if not isinstance(data, dict):
             raise ManifestError(f"{where} must be an object, got {type(data).__name__}", path=path)
-        fields = {
-            "backend": (str, type(None)),
-            "kind": (str,),
-            "kernel": (str,),
-            "name": (str,),
-            "target": (str, type(None)),
-            "replayable": (bool,),
-            "spec": (dict,),
-        }
-        for name, types in fields.items():
+        for name, types in _FIELD_TYPES.items():
             if name not in data:
                 raise ManifestError(f"{where}: missing field {name!r}", path=path)
             if not isinstance(data[name], types):
@@ -292,18 +262,173 @@ class RecordedEntry:
 
 
 def parse_recorded(data: Any, *, path: Any = None, keep: bool = False) -> list[RecordedEntry]:
-    """The ``recorded`` section of manifest data (absent = none).
+    """The ``recorded`` section of manifest data (absent = none), of either version.
 
+    Version 1 lists entries; version 2 lists groups (:func:`recorded_groups`).
     ``keep``: as for ``RecordedEntry.from_dict`` (the data was just read from a file).
 
     Raises:
-        ManifestError: not a list, or a malformed entry.
+        ManifestError: not a list, a version this warmkit does not read, or a
+            malformed entry or group (named by its index and kernel).
     """
     items = data.get("recorded", []) if isinstance(data, dict) else []
     if not isinstance(items, list):
         raise ManifestError("'recorded' must be a list", path=path)
+    version = data.get("version") if isinstance(data, dict) else None
+    if version == 2:
+        return _parse_groups(items, path, keep)
+    if version != 1 and items:
+        raise unsupported_version(version, path)
     parse = RecordedEntry.from_dict
     return [parse(item, path=path, index=i, keep=keep) for i, item in enumerate(items)]
+
+
+def unsupported_version(version: Any, path: Any) -> ManifestError:
+    """The error for a manifest of a version this warmkit does not read."""
+    return ManifestError(
+        f"manifest version {version!r} is not supported (this warmkit reads versions "
+        f"{', '.join(map(str, READ_VERSIONS))}); re-record it with this warmkit",
+        path=path,
+    )
+
+
+# A version-2 group: the fields its entries share (the rest of RecordedEntry, but spec).
+_GROUP_FIELDS = ("backend", "kind", "kernel", "name", "target", "replayable")
+
+
+def recorded_groups(entries: Iterable[RecordedEntry]) -> list[dict[str, Any]]:
+    """The version-2 ``recorded`` section: entries grouped by the fields they share.
+
+    Each group is ``{backend, kind, kernel, name, target, replayable[, reason],
+    entries: [[id, spec], ...]}``, in the order its first entry came; its
+    entries keep their order.
+    """
+    groups: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for e in entries:
+        head = (e.backend, e.kind, e.kernel, e.name, e.target, e.replayable, e.reason)
+        group = groups.get(head)
+        if group is None:
+            group = groups[head] = dict(zip(_GROUP_FIELDS, head, strict=False))
+            if e.reason is not None:
+                group["reason"] = e.reason
+            group["entries"] = []
+        group["entries"].append([e.id, e.spec])
+    return list(groups.values())
+
+
+def manifest_text(data: Mapping[str, Any], entries: Iterable[RecordedEntry]) -> str:
+    """The manifest file: ``data`` (without ``recorded``) and ``entries`` as version-2 groups.
+
+    One line per recorded entry, its spec as the canonical JSON already held
+    (nothing is decoded and encoded again).
+
+    Raises:
+        ValueError: data that is not JSON (NaN included).
+    """
+    text = json.dumps(data, indent=2, allow_nan=False)
+    groups: dict[tuple[Any, ...], list[str]] = {}
+    for e in entries:
+        head = (e.backend, e.kind, e.kernel, e.name, e.target, e.replayable, e.reason)
+        lines = groups.get(head)
+        if lines is None:
+            lines = groups[head] = []
+        lines.append(f'      ["{e.id}", {e.spec_json}]')
+    if not groups:
+        return text + "\n"
+    parts = []
+    for head, lines in groups.items():
+        header = dict(zip(_GROUP_FIELDS, head, strict=False))
+        if head[-1] is not None:
+            header["reason"] = head[-1]
+        body = ",\n".join(lines)
+        parts.append(f'    {json.dumps(header)[:-1]}, "entries": [\n{body}\n    ]}}')
+    section = ",\n".join(parts)
+    return f'{text[: text.rindex("}")].rstrip()},\n  "recorded": [\n{section}\n  ]\n}}\n'
+
+
+def _parse_groups(items: list[Any], path: Any, keep: bool) -> list[RecordedEntry]:
+    """Version-2 groups into entries: each group checked once, each entry's id recomputed."""
+    out: list[RecordedEntry] = []
+    encode = _encode_parsed if keep else _canonical
+    sha256, new = hashlib.sha256, object.__new__
+    slots = RecordedEntry.__dict__
+    setters = [slots[f].__set__ for f in (*_GROUP_FIELDS, "reason", "spec_json", "_parsed", "id")]
+    *set_head, set_spec, set_parsed, set_id = setters
+    for g, group in enumerate(items):
+        template = _group_template(group, g, path)
+        where = f"recorded group {g} (kernel {template.kernel!r})"
+        head = _id_head(template.backend, template.kind, template.kernel)
+        tail = f",{_canonical(template.target)}]"
+        values = [getattr(template, f) for f in (*_GROUP_FIELDS, "reason")]
+        fill = list(zip(set_head, values, strict=True))
+        for j, item in enumerate(group["entries"]):
+            if not (
+                type(item) is list
+                and len(item) == 2
+                and type(item[0]) is str
+                and type(item[1]) is dict
+            ):
+                raise ManifestError(
+                    f"{where}, entry {j}: must be [id, spec] (a string and an object), "
+                    f"got {json.dumps(item, default=repr)[:80]}",
+                    path=path,
+                )
+            ident, spec = item
+            try:
+                spec_json = encode(spec if keep else dict(spec))
+            except ValueError as exc:
+                raise ManifestError(f"{where}, entry {j}: {exc}", path=path) from exc
+            real = sha256(f"{head}{spec_json}{tail}".encode()).hexdigest()[:24]
+            if real != ident:
+                # The id is derived: a mismatch means the entry was edited or damaged.
+                raise ManifestError(
+                    f"{where}, entry {j}: id {ident!r} does not match its contents ({real!r}); "
+                    "the entry was modified; re-record it",
+                    path=path,
+                )
+            # The group's fields were checked by RecordedEntry() once; this is that entry.
+            entry = new(RecordedEntry)
+            for setter, value in fill:
+                setter(entry, value)
+            set_spec(entry, spec_json)
+            set_parsed(entry, spec if keep else None)
+            set_id(entry, ident)
+            out.append(entry)
+    return out
+
+
+def _group_template(group: Any, g: int, path: Any) -> RecordedEntry:
+    """A group's shared fields, checked as one entry with no spec would be."""
+    if type(group) is not dict:
+        raise ManifestError(
+            f"recorded group {g} must be an object, got {type(group).__name__}", path=path
+        )
+    kernel = group.get("kernel")
+    where = f"recorded group {g} (kernel {kernel!r})"
+    fields = {**_FIELD_TYPES, "reason": (str, type(None)), "entries": (list,)}
+    del fields["spec"]
+    unknown = sorted(set(group) - set(fields))
+    if unknown:
+        raise ManifestError(f"{where}: unknown field(s) {', '.join(map(repr, unknown))}", path=path)
+    for name, types in fields.items():
+        if name not in group and name != "reason":
+            raise ManifestError(f"{where}: missing field {name!r}", path=path)
+        if not isinstance(group.get(name), types):
+            raise ManifestError(
+                f"{where}: field {name!r} has type {type(group[name]).__name__}, expected "
+                f"{' or '.join('null' if t is type(None) else t.__name__ for t in types)}",
+                path=path,
+            )
+    replayable = group["replayable"]
+    # Unlike version 1, a replayable group with a reason is refused: it was edited.
+    reason = group.get("reason") if replayable else group.get("reason") or "(no reason recorded)"
+    try:
+        return RecordedEntry(
+            *(group[f] for f in _GROUP_FIELDS[:4]), spec_json="{}", target=group["target"],
+            replayable=replayable, reason=reason,
+        )  # fmt: skip
+    except ValueError as exc:
+        raise ManifestError(f"{where}: {exc}", path=path) from exc
 
 
 def read_recorded(path: str | os.PathLike[str]) -> list[RecordedEntry]:
@@ -413,23 +538,26 @@ class Recorder:
                         "to record into it: choose another path",
                         path=self.path,
                     )
-                existing = data.get("recorded", [])
-                if not isinstance(existing, list):
-                    raise ManifestError("'recorded' must be a list", path=self.path)
+                if data.get("version") not in READ_VERSIONS:
+                    raise unsupported_version(data.get("version"), self.path)
+                # Checked, not copied blindly: a damaged entry is refused, never carried on.
+                existing = parse_recorded(data, path=self.path, keep=True)
             else:
                 data = {
                     "format": MANIFEST_FORMAT,
-                    "version": MANIFEST_VERSION,
                     "warmkit_version": __version__,
                     "registrations": [],
                 }
                 existing = []
-            have = {item.get("id") for item in existing if isinstance(item, dict)}
-            added = [e.to_dict() for e in entries if e.id not in have]
+            have = {e.id for e in existing}
+            added = [e for e in entries if e.id not in have]
             if not added:
                 return
-            data["recorded"] = existing + added
-            write_atomic(self.path, json.dumps(data, indent=2, allow_nan=False) + "\n")
+            # Written as version 2 (a version-1 file is upgraded; its registrations are the same).
+            data = {k: v for k, v in data.items() if k != "recorded"} | {
+                "version": MANIFEST_VERSION
+            }
+            write_atomic(self.path, manifest_text(data, existing + added))
 
 
 def read_manifest_data(path: str | os.PathLike[str]) -> Any:
@@ -491,79 +619,6 @@ def stop_recording() -> Recorder | None:
 def active_recorder() -> Recorder | None:
     """The recorder in force, or None when nothing is being recorded."""
     return _active
-
-
-def encode_value(v: Any) -> Any:
-    """A plain value as JSON data: tuples and non-finite floats tagged (``decode_value`` undoes it)."""
-    if isinstance(v, tuple):
-        return {"tuple": [encode_value(x) for x in v]}
-    if isinstance(v, float) and not math.isfinite(v):
-        return {"float": repr(v)}
-    return v
-
-
-def decode_value(v: Any) -> Any:
-    """The value ``encode_value`` encoded.
-
-    Raises:
-        ValueError: an unknown tag.
-        TypeError: a bare list (alternatives are tagged).
-    """
-    if isinstance(v, dict):
-        if set(v) == {"tuple"}:
-            return tuple(decode_value(x) for x in v["tuple"])
-        if set(v) == {"float"}:
-            return float(v["float"])
-        raise ValueError(f"unknown value encoding {v!r}")
-    if isinstance(v, list):
-        raise TypeError(
-            f"a bare list {v!r} is not a value; alternatives are encoded as {{'list': [...]}}"
-        )
-    return v
-
-
-def encode_key(key: Any) -> dict[str, Any]:
-    """A ``CompileKey``'s fields as JSON data (tuples and non-finite floats tagged).
-
-    Raises:
-        TypeError: a field that is not plain data (it could not be rebuilt elsewhere).
-    """
-    if attrs.has(type(key)):
-        names = [f.name for f in attrs.fields(type(key))]
-    elif dataclasses.is_dataclass(key):
-        names = [f.name for f in dataclasses.fields(key)]
-    elif hasattr(type(key), "_fields"):
-        names = list(type(key)._fields)
-    else:
-        raise TypeError(f"key {key!r} is not an attrs, dataclass or NamedTuple CompileKey")
-    out = {}
-    for name in names:
-        value = getattr(key, name)
-        _check_plain_value(name, value)
-        out[name] = encode_value(value)
-    return out
-
-
-def _check_plain_value(name: str, value: Any) -> None:
-    if isinstance(value, tuple):
-        for v in value:
-            _check_plain_value(name, v)
-        return
-    if value is not None and type(value) not in (bool, int, float, str):
-        raise TypeError(
-            f"field {name!r} is a {type(value).__name__} ({value!r:.80}), not plain data "
-            "(None, bool, int, float, str or tuples of them)"
-        )
-
-
-def decode_key(cls: type, fields: Mapping[str, Any]) -> Any:
-    """Rebuild ``cls.CompileKey`` from ``encode_key`` data."""
-    return cls.CompileKey(
-        **{k: v if type(v) in _AS_IS else decode_value(v) for k, v in fields.items()}
-    )
-
-
-_AS_IS = frozenset({str, int, bool, float, type(None)})  # values decode_value returns unchanged
 
 
 def key_entry(cls: type, key: Any, target: str | None = None) -> RecordedEntry:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import json
 import logging
 import math
 import os
@@ -25,16 +24,18 @@ from typing import Any, TypeVar
 
 import attrs
 
+from ._codec import _AS_IS, decode_value, encode_value
 from ._exceptions import ManifestError, PluginLoadError
 from ._record import (
-    _AS_IS,
     MANIFEST_FORMAT,
     MANIFEST_VERSION,
+    READ_VERSIONS,
     RecordedEntry,
-    decode_value,
-    encode_value,
+    manifest_text,
     parse_recorded,
     read_manifest_data,
+    recorded_groups,
+    unsupported_version,
     write_atomic,
 )
 from ._space import Choices, IntRange, ZipGroup, _names, check_keyword_names
@@ -239,7 +240,14 @@ class WarmupRegistry:
     # -- manifest ------------------------------------------------------------------
 
     def to_dict(self) -> dict[str, Any]:
-        """The manifest as JSON-ready data."""
+        """The manifest as JSON-ready data (``recorded`` grouped, as version 2 writes it)."""
+        out = self._declared_dict()
+        recorded = self.recorded()
+        if recorded:
+            out["recorded"] = recorded_groups(recorded)
+        return out
+
+    def _declared_dict(self) -> dict[str, Any]:
         from ._plugins import kernel_ref
 
         refs: dict[type, str] = {}
@@ -267,9 +275,6 @@ class WarmupRegistry:
             "warmkit_version": __version__,
             "registrations": regs,
         }
-        recorded = self.recorded()
-        if recorded:
-            out["recorded"] = [e.to_dict() for e in recorded]
         return out
 
     def save(self, path: str | os.PathLike[str]) -> Path:
@@ -288,9 +293,9 @@ class WarmupRegistry:
         path = Path(path)
         with one_scan():  # each kernel's ref is found and imported back: one scan for them all
             self._check_replayable(path)
-            data = json.dumps(self.to_dict(), indent=2, allow_nan=False)
+            text = manifest_text(self._declared_dict(), self.recorded())
         path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(path, data + "\n")
+        write_atomic(path, text)
         return path
 
     def _check_replayable(self, path: Path) -> None:
@@ -345,29 +350,42 @@ class WarmupRegistry:
             raise ManifestError(
                 f"not a warmkit manifest (format must be {MANIFEST_FORMAT!r})", path=path
             )
-        version = data.get("version")
-        if version != MANIFEST_VERSION:
-            raise ManifestError(
-                f"manifest version {version!r} is not supported (this warmkit reads version "
-                f"{MANIFEST_VERSION}); re-record it with this warmkit",
-                path=path,
-            )
+        if data.get("version") not in READ_VERSIONS:
+            raise unsupported_version(data.get("version"), path)
         from ._schema import validate_manifest
 
         validate_manifest(data, path=path)
-        regs = data["registrations"]
         registry = cls()
+        recorded = registry._recorded
         for entry in parse_recorded(data, path=path, keep=keep):
-            registry.add_recorded(entry)
+            recorded.setdefault(entry.id, entry)  # as add_recorded: the first of an id stays
         # One lookup per kernel, not per entry: resolving a ref reads every installed
         # distribution's entry points (~50 ms), and a recorded manifest has an entry per key.
         classes: dict[str, type] = {}
-        for i, entry in enumerate(regs):
+        # (class, input names) whose single-point registrations add() has checked once.
+        checked: dict[tuple[type, tuple[str, ...]], list[str]] = {}
+        regs, new = registry._regs, Registration
+        for i, entry in enumerate(data["registrations"]):
             try:
                 ref = entry["kernel"]
-                kernel_cls = classes.get(ref) if isinstance(ref, str) else None
+                kernel_cls = classes.get(ref)
                 if kernel_cls is None:
                     kernel_cls = classes[ref] = load_kernel(ref)
+                space = entry["space"]
+                if not entry.get("zip") and _CANON_AS_IS.issuperset(map(type, space.values())):
+                    # A point of plain scalars (a recording has one per key): the checks
+                    # add() makes depend only on the class and the names, made once per pair.
+                    seen = (kernel_cls, tuple(space))
+                    order = checked.get(seen)
+                    if order is not None:
+                        if not keep:
+                            space = dict(space)
+                        ident = (kernel_cls.name, ((), tuple([(k, (type(v := space[k]).__name__, v)) for k in order])))  # fmt: skip
+                        regs.setdefault(ident, new(kernel_cls.name, kernel_cls, (), space))
+                        continue
+                    registry.add(kernel_cls, **space)
+                    checked[seen] = sorted(space)
+                    continue
                 groups = [
                     ZipGroup(
                         tuple(g["names"]),

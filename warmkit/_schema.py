@@ -85,13 +85,46 @@ _AXIS: dict[str, Any] = {
     ],
 }
 
-#: The schema of a manifest written by ``WarmupRegistry.save`` (format ``warmkit.manifest``, version 1).
+_STR_OR_NULL = {"type": ["string", "null"]}
+
+_RECORDED_GROUP: dict[str, Any] = {
+    "description": "a group of recorded entries: {backend, kind, kernel, name, target, "
+    "replayable, reason (when not replayable), entries: [[id, spec], ...]}",
+    "type": "object",
+    "properties": {
+        "backend": _STR_OR_NULL,
+        "kind": {"enum": ["raw", "key"]},
+        "kernel": {"type": "string", "minLength": 1},
+        "name": {"type": "string"},
+        "target": _STR_OR_NULL,
+        "replayable": {"type": "boolean"},
+        "reason": {"type": "string"},
+        "entries": {
+            "type": "array",
+            "items": {
+                "description": "an entry: [id (24 hex digits), spec (an object)]",
+                "type": "array",
+                "prefixItems": [
+                    {"description": "the entry's id (derived from it)", "type": "string"},
+                    {"description": "the entry's spec (an object)", "type": "object"},
+                ],
+                "minItems": 2,
+                "maxItems": 2,
+            },
+        },
+    },
+    "required": ["backend", "kind", "kernel", "name", "target", "replayable", "entries"],
+    "additionalProperties": False,
+}
+
+#: The schema of a manifest written by ``WarmupRegistry.save`` and ``warmkit record``
+#: (format ``warmkit.manifest``, version 2: the ``recorded`` section in groups).
 MANIFEST_SCHEMA: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
     "type": "object",
     "properties": {
         "format": {"const": "warmkit.manifest"},
-        "version": {"const": 1},
+        "version": {"const": 2},
         "warmkit_version": {"type": "string"},
         "registrations": {
             "type": "array",
@@ -138,16 +171,36 @@ MANIFEST_SCHEMA: dict[str, Any] = {
             },
         },
         "recorded": {
-            "description": "runtime JIT events recorded by warmkit record (checked entry by "
-            "entry by warmkit._record.RecordedEntry.from_dict)",
+            "description": "runtime JIT events recorded by warmkit record, grouped (each "
+            "entry's id is checked by warmkit._record.parse_recorded)",
             "type": "array",
-            "items": {"type": "object"},
+            "items": _RECORDED_GROUP,
         },
     },
     "required": ["format", "version", "registrations"],
     "additionalProperties": False,
     "$defs": {"value": _VALUE, "axis": _AXIS},
 }
+
+# Version 1 (still read): the same, but a flat ``recorded`` list of entries, each checked
+# by warmkit._record.RecordedEntry.from_dict.
+_V1_SCHEMA: dict[str, Any] = {
+    **MANIFEST_SCHEMA,
+    "properties": {
+        **MANIFEST_SCHEMA["properties"],
+        "version": {"const": 1},
+        "recorded": {
+            "description": "runtime JIT events recorded by warmkit record (checked entry by "
+            "entry by warmkit._record.RecordedEntry.from_dict)",
+            "type": "array",
+            "items": {"type": "object"},
+        },
+    },
+}
+
+
+def _schema_for(data: Any) -> dict[str, Any]:
+    return _V1_SCHEMA if isinstance(data, dict) and data.get("version") == 1 else MANIFEST_SCHEMA
 
 
 def _row_schema(n: int) -> dict[str, Any]:
@@ -164,7 +217,7 @@ def _row_schema(n: int) -> dict[str, Any]:
 
 
 @functools.cache
-def _fast_validator() -> Any:
+def _fast_validator(version: int = 2) -> Any:
     try:
         import jsonschema_rs
     except ImportError:  # a --no-deps install: every manifest is walked by jsonschema (slow)
@@ -173,11 +226,11 @@ def _fast_validator() -> Any:
             "validated by jsonschema alone, ~300 us per registration: pip install jsonschema-rs"
         )
         return None
-    return jsonschema_rs.validator_for(MANIFEST_SCHEMA)
+    return jsonschema_rs.validator_for(_V1_SCHEMA if version == 1 else MANIFEST_SCHEMA)
 
 
 def _errors(data: Any) -> list[Any]:
-    fast = _fast_validator()
+    fast = _fast_validator(1 if _schema_for(data) is _V1_SCHEMA else 2)
     if fast is not None and fast.is_valid(data) and _rows_match_names(data):
         # jsonschema-rs checks the same schema ~1000x faster (0.2 us per registration,
         # against ~300 us: a recording has one registration per key); only a manifest
@@ -189,7 +242,7 @@ def _errors(data: Any) -> list[Any]:
 def _jsonschema_errors(data: Any) -> list[Any]:
     import jsonschema
 
-    validator = jsonschema.Draft202012Validator(MANIFEST_SCHEMA)
+    validator = jsonschema.Draft202012Validator(_schema_for(data))
     errors = sorted(validator.iter_errors(data), key=lambda e: list(e.absolute_path))
     if errors:
         return errors
@@ -260,10 +313,10 @@ def validate_manifest(data: Any, *, path: Any = None) -> None:
         where = _path(err)
         kernel = ""
         parts = list(err.absolute_path)
-        if len(parts) >= 2 and parts[0] == "registrations" and isinstance(parts[1], int):
-            reg = data["registrations"][parts[1]]
-            if isinstance(reg, dict) and isinstance(reg.get("kernel"), str):
-                kernel = f" (kernel {reg['kernel']!r})"
+        if len(parts) >= 2 and parts[0] in ("registrations", "recorded"):
+            item = data[parts[0]][parts[1]] if isinstance(parts[1], int) else None
+            if isinstance(item, dict) and isinstance(item.get("kernel"), str):
+                kernel = f" (kernel {item['kernel']!r})"
         expected = _expected(top, err)
         lines.append(
             f"{where}{kernel}: {err.message}" + (f"; expected {expected}" if expected else "")

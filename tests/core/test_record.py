@@ -8,6 +8,7 @@ import multiprocessing
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import attrs
 import pytest
@@ -89,8 +90,9 @@ def test_entries_deduplicate_and_a_tampered_entry_is_refused(tmp_path: Path) -> 
     assert rec.add(e) is False
     assert Recorder(path).add(e) is True  # another process: new to it, still one entry on disk
     data = json.loads(path.read_text())
-    assert len(data["recorded"]) == 1
-    data["recorded"][0]["spec"]["key"]["n"] = 4
+    (group,) = data["recorded"]
+    assert len(group["entries"]) == 1
+    group["entries"][0][1]["key"]["n"] = 4
     path.write_text(json.dumps(data))
     with pytest.raises(warmkit.ManifestError, match="does not match its contents"):
         warmkit.read_recorded(path)
@@ -138,7 +140,8 @@ def test_concurrent_processes_record_into_one_file_without_loss(tmp_path: Path) 
             expected.add(key_entry(_kernels.PyKernel, key).id)
             expected.add(key_entry(_kernels.PyKernel, _kernels.PyKernel.CompileKey(i, False)).id)
     assert got == expected
-    assert len(json.loads(path.read_text())["recorded"]) == len(expected)
+    groups = json.loads(path.read_text())["recorded"]
+    assert sum(len(g["entries"]) for g in groups) == len(expected)
     assert not list(tmp_path.glob(".*.tmp"))
 
 
@@ -243,7 +246,7 @@ json_data = st.recursive(
 
 @given(json_data)
 def test_the_encoder_for_parsed_json_agrees_with_the_canonical_one(data) -> None:
-    from warmkit._record import _encode_canonical, _encode_parsed
+    from warmkit._codec import _encode_canonical, _encode_parsed
 
     parsed = json.loads(json.dumps(data))
     assert _encode_parsed(parsed) == _encode_canonical(parsed)
@@ -276,3 +279,189 @@ def test_a_bad_recorded_field_is_refused_by_both_parsers(keep, change, message) 
         del bad[field]
         with pytest.raises(warmkit.ManifestError, match=f"missing field '{field}'"):
             RecordedEntry.from_dict(bad, keep=keep)
+
+
+# -- the manifest's version 2: the recorded section in groups ---------------------------------
+
+
+def _entries(n: int = 3) -> list[RecordedEntry]:
+    py = [key_entry(_kernels.PyKernel, _kernels.PyKernel.CompileKey(i, True)) for i in range(n)]
+    other = key_entry(_kernels.OtherKernel, _kernels.OtherKernel.CompileKey(7))
+    lost = RecordedEntry.make(
+        backend="triton", kind="raw", kernel="m:f", name="m.f", spec={"args": []}, reason="why"
+    )
+    return [py[0], other, *py[1:], lost]  # kernels interleaved, as a run records them
+
+
+def _save(tmp_path: Path, entries: list[RecordedEntry]) -> Path:
+    registry = warmkit.WarmupRegistry()
+    for e in entries:
+        registry.add_recorded(e)
+    return registry.save(tmp_path / "m.json")
+
+
+def test_version_2_writes_one_group_per_kernel_and_one_line_per_entry(tmp_path: Path) -> None:
+    entries = _entries()
+    path = _save(tmp_path, entries)
+    text = path.read_text()
+    data = json.loads(text)
+    assert data["version"] == 2
+    groups = data["recorded"]
+    assert [(g["kernel"], len(g["entries"])) for g in groups] == [
+        (entries[0].kernel, 3),
+        (entries[1].kernel, 1),
+        ("m:f", 1),
+    ]
+    assert groups[2]["reason"] == "why" and groups[2]["replayable"] is False
+    assert "reason" not in groups[0]
+    assert groups[0]["entries"][1] == [entries[2].id, entries[2].spec]
+    for e in entries:  # grep-able: each entry is one line holding its id and canonical spec
+        assert f'["{e.id}", {e.spec_json}]' in text
+    # the file is what to_dict() says, and it reads back as the same entries, grouped
+    registry = warmkit.WarmupRegistry.load(path)
+    assert registry.to_dict() == data
+    assert registry.recorded() == [entries[0], *entries[2:4], entries[1], entries[4]]
+    assert warmkit.read_recorded(path) == registry.recorded()
+    assert [e.id for e in registry.recorded()] == [e.id for e in registry.recorded()]
+
+
+def _v1(tmp_path: Path, entries: list[RecordedEntry], name: str = "v1.json") -> Path:
+    path = tmp_path / name
+    data = {
+        "format": "warmkit.manifest",
+        "version": 1,
+        "registrations": [
+            {"kernel": f"{_kernels.PyKernel.__module__}:PyKernel", "space": {"n": 5}}
+        ],
+        "recorded": [e.to_dict() for e in entries],
+    }
+    path.write_text(json.dumps(data, indent=2))
+    return path
+
+
+def test_a_version_1_manifest_is_still_read_and_recording_into_it_upgrades_it(
+    tmp_path: Path,
+) -> None:
+    entries = _entries()
+    path = _v1(tmp_path, entries)
+    registry = warmkit.WarmupRegistry.load(path)
+    assert registry.recorded() == entries  # version 1 keeps its order
+    assert [r.space for r in registry] == [{"n": 5}]
+    assert warmkit.read_recorded(path) == entries
+    new = key_entry(_kernels.PyKernel, _kernels.PyKernel.CompileKey(99, False))
+    assert Recorder(path).add(new)
+    data = json.loads(path.read_text())
+    assert data["version"] == 2 and data["registrations"] == [
+        {"kernel": f"{_kernels.PyKernel.__module__}:PyKernel", "space": {"n": 5}}
+    ]
+    assert set(warmkit.read_recorded(path)) == {*entries, new}
+    # a damaged version-1 entry is refused, never carried into the new file
+    bad = _v1(tmp_path, entries, "bad.json")
+    data = json.loads(bad.read_text())
+    data["recorded"][1]["spec"]["key"]["m"] = 8
+    bad.write_text(before := json.dumps(data))
+    with pytest.raises(warmkit.ManifestError, match="recorded entry 1.*does not match"):
+        Recorder(bad).add(new)
+    assert bad.read_text() == before
+
+
+def test_recording_refuses_a_manifest_of_an_unknown_version(tmp_path: Path) -> None:
+    path = _save(tmp_path, _entries())
+    data = json.loads(path.read_text())
+    path.write_text(text := json.dumps(data | {"version": 3}))
+    new = key_entry(_kernels.PyKernel, _kernels.PyKernel.CompileKey(99, False))
+    with pytest.raises(warmkit.ManifestError, match="version 3 is not supported"):
+        Recorder(path).add(new)
+    with pytest.raises(warmkit.ManifestError, match="version 3 is not supported"):
+        warmkit.read_recorded(path)
+    assert path.read_text() == text
+
+
+def _flip(text: str, old: str, new: str) -> str:
+    assert text.count(old) == 1, old
+    return text.replace(old, new)
+
+
+@pytest.mark.parametrize("reader", ["load", "read_recorded"])
+@pytest.mark.parametrize(
+    ("edit", "words"),
+    [
+        # one bit of one grouped entry's spec (n=2 -> n=3), of its id, of its group's kernel
+        (lambda t, e: _flip(t, '"n":2', '"n":3'), ["group 0", "entry 2", "does not match"]),
+        (
+            lambda t, e: _flip(t, e[3].id, e[3].id[:-1] + chr(ord(e[3].id[-1]) ^ 1)),
+            ["group 0", "entry 2", "does not match"],
+        ),
+        (
+            lambda t, e: _flip(
+                t, '"target": null, "replayable": false', '"target": null, "replayable": true'
+            ),
+            [],
+        ),  # fmt: skip
+        (lambda t, e: t[: len(t) // 2], ["invalid JSON"]),
+    ],
+)
+def test_a_damaged_grouped_entry_is_refused_naming_the_path_group_entry_and_kernel(
+    tmp_path: Path, reader: str, edit: Any, words: list[str]
+) -> None:
+    entries = _entries()
+    path = _save(tmp_path, entries)
+    path.write_text(edit(path.read_text(), entries))
+    with pytest.raises(warmkit.ManifestError) as info:
+        if reader == "load":
+            warmkit.WarmupRegistry.load(path)
+        else:
+            warmkit.read_recorded(path)
+    message = str(info.value)
+    assert str(path) in message and info.value.path == path
+    for word in words:
+        assert word in message
+    if "does not match" in message:
+        assert repr(entries[0].kernel) in message
+    if not words:  # replayable with a reason: the group is named, with its kernel
+        assert "group 2" in message and "'m:f'" in message
+
+
+@pytest.mark.parametrize("reader", ["load", "read_recorded"])
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        ({"backend": 5}, ["backend"]),
+        ({"replayable": "yes"}, ["replayable"]),
+        ({"kind": 3}, ["kind"]),
+        ({"kind": "other"}, ["kind"]),
+        ({"entries": {}}, ["entries"]),
+        ({"entries": [["only an id"]]}, ["0", "id"]),
+        ({"entries": [[1, {}]]}, ["0", "id"]),
+        ({"spec": {}}, ["spec"]),
+    ],
+)
+def test_a_group_header_of_a_wrong_type_is_refused_naming_the_group_and_kernel(
+    tmp_path: Path, reader: str, change: dict[str, Any], words: list[str]
+) -> None:
+    path = _save(tmp_path, _entries())
+    data = json.loads(path.read_text())
+    data["recorded"][1].update(change)
+    path.write_text(json.dumps(data))
+    with pytest.raises(warmkit.ManifestError) as info:
+        if reader == "load":
+            warmkit.WarmupRegistry.load(path)
+        else:
+            warmkit.read_recorded(path)
+    message = str(info.value)
+    where = "$.recorded[1]" if reader == "load" else "recorded group 1"
+    assert where in message and str(path) in message, message
+    assert repr(_entries()[1].kernel) in message, message
+    for word in words:
+        assert word in message, message
+
+
+def test_from_dict_reads_version_2_data_without_keeping_the_callers_objects() -> None:
+    registry = warmkit.WarmupRegistry()
+    for e in _entries():
+        registry.add_recorded(e)
+    raw = registry.to_dict()
+    loaded = warmkit.WarmupRegistry.from_dict(raw)
+    assert sorted(loaded.recorded(), key=repr) == sorted(registry.recorded(), key=repr)
+    raw["recorded"][0]["entries"][0][1]["key"]["n"] = 1234  # the caller's data, changed after
+    assert resolve_recorded(loaded.recorded())[0].key == _kernels.PyKernel.CompileKey(0, True)

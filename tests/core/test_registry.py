@@ -334,7 +334,7 @@ def test_manifest_round_trip_keeps_tuples_lists_and_ranges(tmp_path):
 def test_manifest_is_versioned_json_with_tagged_values(tmp_path):
     data = json.loads(_rich_registry().save(tmp_path / "m.json").read_text())
     assert data["format"] == "warmkit.manifest"
-    assert data["version"] == 1
+    assert data["version"] == 2
     assert data["warmkit_version"] == warmkit.__version__
     spaces = [r["space"] for r in data["registrations"]]
     assert spaces[0] == {"n": {"range": [0, 10, 3]}, "flag": {"list": [True, False]}}
@@ -358,9 +358,10 @@ def _manifest(tmp_path, **overrides):
     return path
 
 
-def test_load_rejects_another_version(tmp_path):
-    with pytest.raises(ManifestError, match="version 2") as info:
-        WarmupRegistry.load(_manifest(tmp_path, version=2))
+@pytest.mark.parametrize("version", [0, 3, "2", None])
+def test_load_rejects_another_version(tmp_path, version):
+    with pytest.raises(ManifestError, match=rf"version {version!r} is not supported.*1, 2") as info:
+        WarmupRegistry.load(_manifest(tmp_path, version=version))
     assert info.value.path == tmp_path / "m.json"
 
 
@@ -546,3 +547,53 @@ def test_a_failed_save_names_the_path_and_leaves_no_temporary(tmp_path):
     with pytest.raises(OSError, match=f"cannot write {target}"):
         reg.save(target)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.json"]
+
+
+# -- loading many single-point registrations (a recording's shape) -------------------------
+
+
+def _points_manifest(tmp_path, spaces, kernels=None):
+    kernels = kernels or [PyKernel] * len(spaces)
+    regs = [
+        {"kernel": f"{k.__module__}:{k.__qualname__}", "name": k.name, "zip": [], "space": s}
+        for k, s in zip(kernels, spaces, strict=True)
+    ]
+    path = tmp_path / "points.json"
+    path.write_text(json.dumps(WarmupRegistry().to_dict() | {"registrations": regs}))
+    return path
+
+
+def test_loaded_points_equal_added_ones_and_deduplicate_against_them(tmp_path):
+    spaces = [{"n": i, "flag": i % 2 == 0} for i in range(50)] + [{"flag": True, "n": 0}]
+    spaces += [{"m": 3}, {"n": None}, {"n": "s"}, {"n": (1, 2)}, {"n": 2.5}, {"n": 1000}]
+    kernels = [PyKernel] * 51 + [OtherKernel] + [PyKernel] * 5
+    data = [{k: _registry_value(v) for k, v in s.items()} for s in spaces]
+    loaded = WarmupRegistry.load(_points_manifest(tmp_path, data, kernels))
+    added = WarmupRegistry()
+    for k, s in zip(kernels, spaces, strict=True):
+        added.add(k, **s)
+    assert list(loaded) == list(added)  # same registrations, same order, duplicates once
+    assert len(loaded) == len(spaces) - 1  # {"flag": True, "n": 0} is {"n": 0, "flag": True}
+    for k, s in zip(kernels, spaces, strict=True):
+        assert loaded.add(k, **s) is False  # the same identity as add() gives
+    assert loaded.plan() == added.plan()
+
+
+def _registry_value(v):
+    return {"tuple": list(v)} if isinstance(v, tuple) else v
+
+
+@pytest.mark.parametrize(
+    ("bad", "words"),
+    [
+        ({"nope": 1}, ["registration 5", "unknown input(s) 'nope'", "PyKernel"]),
+        ({"n": 1, "nope": 1}, ["registration 5", "'nope'"]),
+        ({"n": {"choices": [1, 2]}, "nope": 3}, ["registration 5", "'nope'"]),
+    ],
+)
+def test_a_bad_point_among_good_ones_is_named_by_its_index(tmp_path, bad, words):
+    spaces = [{"n": i} for i in range(5)] + [bad] + [{"n": i} for i in range(6, 9)]
+    with pytest.raises(ManifestError) as info:
+        WarmupRegistry.load(_points_manifest(tmp_path, spaces))
+    for word in words:
+        assert word in str(info.value)

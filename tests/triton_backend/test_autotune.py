@@ -323,11 +323,13 @@ def test_a_raw_autotuned_kernel_is_refused_before_benchmarking_then_reported(tmp
 def _with_tuned(manifest: Path, dest: Path, **changes: str) -> Path:
     """A copy of ``manifest`` whose recorded autotunes have ``changes`` (their ids recomputed)."""
     body = json.loads(manifest.read_text())
-    for i, e in enumerate(body["recorded"]):
-        if "autotune" in e["spec"]:
-            spec = {**e["spec"], "autotune": {**e["spec"]["autotune"], **changes}}
-            fields = {k: e[k] for k in ("backend", "kind", "kernel", "name", "target")}
-            body["recorded"][i] = warmkit.RecordedEntry.make(spec=spec, **fields).to_dict()
+    for group in body["recorded"]:  # version 2: groups of [id, spec]
+        fields = {k: group[k] for k in ("backend", "kind", "kernel", "name", "target")}
+        for item in group["entries"]:
+            if "autotune" in item[1]:
+                spec = {**item[1], "autotune": {**item[1]["autotune"], **changes}}
+                new = warmkit.RecordedEntry.make(spec=spec, **fields)
+                item[:] = [new.id, new.spec]
     dest.write_text(json.dumps(body))
     return dest
 
@@ -337,7 +339,12 @@ def test_a_raw_autotune_winner_is_recorded_and_a_replay_benchmarks_nothing(tmp_p
     first = interp("raw-record", tmp_path / "cache-a", WARMKIT_RECORD=str(manifest))
     assert first["ok"] and first["events"] == [["autotune", "raw_tuned_add"]]
     data = json.loads(manifest.read_text())
-    (tuned,) = [e for e in data["recorded"] if "autotune" in e["spec"]]
+    (tuned,) = [
+        g | {"spec": spec}
+        for g in data["recorded"]
+        for _, spec in g["entries"]
+        if "autotune" in spec
+    ]
     assert tuned["kernel"].endswith("_autotune_kernels:raw_tuned_add") and tuned["replayable"]
     assert tuned["spec"]["autotune"]["winner"]["kwargs"] == first["winner"]
     assert tuned["spec"]["autotune"]["gpu"] == "triton-interpreter"
