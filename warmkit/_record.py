@@ -423,10 +423,10 @@ def _group_template(group: Any, g: int, path: Any) -> RecordedEntry:
     # Unlike version 1, a replayable group with a reason is refused: it was edited.
     reason = group.get("reason") if replayable else group.get("reason") or "(no reason recorded)"
     try:
+        g = group
         return RecordedEntry(
-            *(group[f] for f in _GROUP_FIELDS[:4]), spec_json="{}", target=group["target"],
-            replayable=replayable, reason=reason,
-        )  # fmt: skip
+            g["backend"], g["kind"], g["kernel"], g["name"], "{}", g["target"], replayable, reason
+        )
     except ValueError as exc:
         raise ManifestError(f"{where}: {exc}", path=path) from exc
 

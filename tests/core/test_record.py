@@ -397,7 +397,7 @@ def _flip(text: str, old: str, new: str) -> str:
                 t, '"target": null, "replayable": false', '"target": null, "replayable": true'
             ),
             [],
-        ),  # fmt: skip
+        ),
         (lambda t, e: t[: len(t) // 2], ["invalid JSON"]),
     ],
 )
