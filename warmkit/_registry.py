@@ -363,7 +363,7 @@ class WarmupRegistry:
         # distribution's entry points (~50 ms), and a recorded manifest has an entry per key.
         classes: dict[str, type] = {}
         # (class, input names) whose single-point registrations add() has checked once.
-        checked: dict[tuple[type, tuple[str, ...]], list[str]] = {}
+        checked: dict[tuple[type, tuple[str, ...]], tuple[str, ...]] = {}
         regs, new = registry._regs, Registration
         for i, entry in enumerate(data["registrations"]):
             try:
@@ -380,11 +380,11 @@ class WarmupRegistry:
                     if order is not None:
                         if not keep:
                             space = dict(space)
-                        ident = (kernel_cls.name, ((), tuple([(k, (type(v := space[k]).__name__, v)) for k in order])))  # fmt: skip
-                        regs.setdefault(ident, new(kernel_cls.name, kernel_cls, (), space))
+                        ident = _canon_point(order, tuple([space[k] for k in order]))
+                        regs.setdefault((kernel_cls.name, ident), new(kernel_cls.name, kernel_cls, (), space))  # fmt: skip
                         continue
                     registry.add(kernel_cls, **space)
-                    checked[seen] = sorted(space)
+                    checked[seen] = tuple(sorted(space))
                     continue
                 groups = [
                     ZipGroup(
@@ -603,6 +603,9 @@ def _canon_axis(v: Any) -> Any:
 
 
 def _canon_space(zip_groups: Sequence[ZipGroup], space: Mapping[str, Any]) -> tuple[Any, ...]:
+    if not zip_groups and _CANON_AS_IS.issuperset(map(type, space.values())):
+        names = tuple(sorted(space))
+        return _canon_point(names, tuple([space[k] for k in names]))
     zips = (
         tuple((g.names, tuple(tuple(_canon(x) for x in row) for row in g.rows)) for g in zip_groups)
         if zip_groups
@@ -617,6 +620,15 @@ def _canon_space(zip_groups: Sequence[ZipGroup], space: Mapping[str, Any]) -> tu
         )
     )
     return (zips, kws)
+
+
+def _canon_point(names: tuple[str, ...], values: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A point of plain scalars (values in the order of the sorted names): its types beside.
+
+    The types keep True, 1 (and 1.0) apart, as ``_canon`` does; a recording adds
+    a point per key, so this form is cheap (no tuple per value).
+    """
+    return ("point", names, values, tuple(map(type, values)))
 
 
 def _encode_axis(v: Any) -> Any:
