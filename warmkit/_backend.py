@@ -101,11 +101,17 @@ class _CapabilityMeta(type(Protocol)):  # type: ignore[misc]
         cls._warmkit_members = tuple((n, callable(getattr(cls, n, None))) for n in _members(cls))
 
     def __instancecheck__(cls, instance: Any) -> bool:
-        if not (cls.__dict__.get("_is_protocol") and getattr(cls, "_is_runtime_protocol", False)):
-            return super().__instancecheck__(instance)  # a class implementing P, or a misuse
+        members = cls.__dict__.get("_warmkit_runtime_members")
+        if members is None:
+            # @runtime_checkable runs after __init__: the first check finds out and remembers.
+            if not (
+                cls.__dict__.get("_is_protocol") and getattr(cls, "_is_runtime_protocol", False)
+            ):
+                return super().__instancecheck__(instance)  # a class implementing P, or a misuse
+            members = cls._warmkit_runtime_members = cls._warmkit_members
         if cls in type(instance).__mro__:
             return True
-        for name, method in cls._warmkit_members:
+        for name, method in members:
             value = getattr(instance, name, _ABSENT)
             if value is _ABSENT or (method and value is None):
                 return False
