@@ -353,6 +353,17 @@ class Holder:
         pass
 
 
+def test_a_module_path_ref_is_imported_without_an_entry_point_scan(plugin_site, scans):
+    assert plugins.load_kernel(f"{_kernels.__name__}:OtherKernel") is _kernels.OtherKernel
+    assert plugins.load_kernel(f"{__name__}:Holder.Nested") is Holder.Nested
+    assert scans == []
+    # an entry-point name of that form is never a manifest's ref, so never looked up as one
+    plugin_site.add_dist("acme", kernels={"acme.mod:Thing": f"{_kernels.__name__}:PyKernel"})
+    assert plugins.kernel_ref(_kernels.PyKernel) == f"{_kernels.__name__}:PyKernel"
+    with pytest.raises(LookupError, match="cannot import module 'acme.mod'"):
+        plugins.load_kernel("acme.mod:Thing")
+
+
 @pytest.mark.parametrize(
     ("ref", "exc", "match"),
     [
