@@ -119,3 +119,25 @@ def test_a_ptxas_set_after_prepare_is_the_one_whose_version_the_warmup_uses(tmp_
         assert "(other)" in api.ptxas_info(90)["version"]
     finally:
         api.forget_ptxas_version()
+
+
+def test_a_prepare_for_another_target_during_a_warmup_is_checked_by_its_own_warmup(
+    tmp_path, monkeypatch
+):
+    api.forget_ptxas_version()
+    warmkit.prepare(WarmupConfig(target="cuda:90", backends=("triton",), jobs=1))
+    warmkit.warmup(WarmupConfig(progress="off", monitor="off"), WarmupRegistry())  # joins it
+    # meanwhile (as if during another target's warmup) the check has run: cuda:90 stays primed
+    _setup.check()
+    bundled = api.ptxas_info(90)["version"]
+    other = tmp_path / "ptxas"
+    other.write_text("#!/bin/sh\necho 'Cuda compilation tools, release 12.9, V12.9.99 (other)'\n")
+    other.chmod(0o755)
+    for var in ("TRITON_PTXAS_PATH", "TRITON_PTXAS_BLACKWELL_PATH"):
+        monkeypatch.setenv(var, str(other))
+    try:
+        assert api.ptxas_info(90)["version"] == bundled  # stale until a check
+        _setup.check()  # the cuda:90 warmup's own
+        assert "(other)" in api.ptxas_info(90)["version"]
+    finally:
+        api.forget_ptxas_version()

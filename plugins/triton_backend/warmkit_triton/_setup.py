@@ -65,20 +65,28 @@ def prepare(target: str | None) -> None:
 
 
 def check() -> None:
-    """Drop Triton's cached ptxas version if what :func:`prepare` read it with has changed since."""
+    """Drop Triton's cached ptxas version if what :func:`prepare` read it with has changed since.
+
+    Every warmup checks every arch a ``prepare()`` primed (a dict lookup and a
+    path per arch): a ``prepare()`` for another target that runs during a
+    warmup stays checked for its own warmup.
+    """
     with _lock:
-        primed = dict(_primed)
-        _primed.clear()  # checked once: a later change is Triton's own business, as without prepare()
-    for arch, inputs in primed.items():
-        now = api.ptxas_version_inputs(arch)
-        if now != inputs:
-            logger.info(
-                "ptxas for sm_%d changed since warmkit.prepare() (%s -> %s): Triton asks it again",
-                arch,
-                inputs,
-                now,
-            )
-            api.forget_ptxas_version()
+        changed = []
+        for arch, inputs in _primed.items():
+            now = api.ptxas_version_inputs(arch)
+            if now != inputs:
+                changed.append((arch, inputs, now))
+                _primed[arch] = now  # what Triton reads it with from now on
+    for arch, inputs, now in changed:
+        logger.info(
+            "ptxas for sm_%d changed since warmkit.prepare() (%s -> %s): Triton asks it again",
+            arch,
+            inputs,
+            now,
+        )
+    if changed:
+        api.forget_ptxas_version()
 
 
 def prime_worker(target: str) -> None:
