@@ -259,10 +259,10 @@ class Fleet:
             executor, cached = kernel._warmkit_compile(key, target)
             return executor, cached or _cache_hit(executor)
 
-        ek = self._entry_key(backend, kernel, key, target)
+        ek = None if backend is None else self._entry_key(backend, kernel, key, target)
         if ek is None:
             executor, cached = kernel._warmkit_compile(key, target)
-            hit = cached or _cache_hit(executor)
+            hit = cached or (isinstance(executor, ReportsCacheHit) and executor.cache_hit is True)
             if self.read_only and not hit:
                 name = type(kernel).name
                 raise CacheMissError(

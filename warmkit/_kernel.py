@@ -14,6 +14,7 @@ never reads is not expanded during warmup.
 from __future__ import annotations
 
 import ast
+import contextvars
 import dataclasses
 import inspect
 import logging
@@ -339,7 +340,8 @@ class JitKernel(Generic[K]):
         if pending is not mine:
             return pending.wait(), True
         try:
-            executor = monitor._compile_in_scope(target, self.compile, key)
+            # monitor.compile_scope(target), as a context copy (its sets outlive nothing)
+            executor = contextvars.copy_context().run(monitor._in_scope, target, self.compile, key)
             if executor is None:
                 where = f"target {target!r}, runtime context {runtime_context!r}"
                 raise RuntimeError(

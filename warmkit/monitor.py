@@ -22,7 +22,6 @@ Example::
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import logging
 import threading
 import time
@@ -203,17 +202,12 @@ def compile_scope(target: str | None) -> contextlib.AbstractContextManager[None]
     return _CompileScope(target)
 
 
-def _compile_in_scope(target: str | None, fn: Callable[[Any], Any], arg: Any) -> Any:
-    """``fn(arg)`` inside ``compile_scope(target)``, in a copy of this thread's context.
+def _in_scope(target: str | None, fn: Callable[[Any], Any], arg: Any) -> Any:
+    """``fn(arg)`` in ``compile_scope(target)``; run it in a context copy, which undoes the sets.
 
     What warmup runs once per key: a context copy costs ~0.1 us, a scope's
-    sets and resets ~1 us. Context variables that ``fn`` sets do not outlive
-    the call.
+    sets and resets ~1 us.
     """
-    return contextvars.copy_context().run(_in_scope, target, fn, arg)
-
-
-def _in_scope(target: str | None, fn: Callable[[Any], Any], arg: Any) -> Any:
     _managed.set(True)
     _target_var.set(target)
     return fn(arg)
