@@ -527,6 +527,24 @@ def test_progress_on_shows_a_bar_over_every_key(bars):
     assert (bar.total, bar.n, bar.closed) == (3, 3, True)
 
 
+def test_the_bar_counts_cheap_keys_in_batches_and_a_slow_key_at_once(bars):
+    import time
+
+    seen = []
+
+    def hook(key):
+        if key.n == 5:
+            time.sleep(0.002)  # a compile over 1 ms: the bar shows it, and all before it, at once
+        if key.n == 6:
+            seen.append(bars[0].n)
+
+    PyKernel.hook = hook
+    warmkit.warmup(cfg(progress="on", jobs=1), reg_of((PyKernel, {"n": list(range(1, 101))})))
+    assert seen == [5]
+    (bar,) = bars
+    assert (bar.total, bar.n, bar.closed) == (100, 100, True)  # the cheap rest, at close
+
+
 @pytest.mark.parametrize(
     ("env", "value"), [("WARMKIT_RANK", "1"), ("RANK", "3"), ("WARMKIT_RANK", "2")]
 )
