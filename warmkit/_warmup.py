@@ -133,67 +133,9 @@ def _warmup(config: WarmupConfig | None, registry: Any, keep: Callable[[], None]
         config.target or "current device",
         jobs,
     )
-    entries: list[ReportEntry] = []
-    groups: dict[str | None, list[tuple[Any, Any]]] = {}
-    for name, (kernel, keys) in plan.items():
-        b = type(kernel).backend
-        if config.backends is not None and b not in config.backends:
-            entries.extend(
-                ReportEntry(
-                    name, b, k, "skipped", error=f"backend {b!r} not in the backends allow-list"
-                )
-                for k in keys
-            )
-            continue
-        groups.setdefault(b, []).extend((kernel, k) for k in keys)
-    # Only a recorded entry needs it (a declared key is compiled once, reported once).
-    planned = {(name, k) for name, (_, keys) in plan.items() for k in keys} if recorded else set()
-    recorded_keys: set[tuple[str, Any]] = set()
-    for item in recorded:
-        entry = item.entry
-        if not entry.replayable:
-            entries.append(
-                ReportEntry(
-                    entry.name,
-                    entry.backend,
-                    entry.id,
-                    "skipped",
-                    error=f"{_NOT_REPLAYABLE}{entry.reason}",
-                    kind="recorded",
-                )
-            )
-            continue
-        if item.error is not None:
-            entries.append(
-                ReportEntry(
-                    entry.name,
-                    entry.backend,
-                    entry.id,
-                    "failed",
-                    error=f"recorded entry cannot be planned: {_describe(item.error)}",
-                    exception=item.error,
-                    kind="recorded",
-                )
-            )
-            continue
-        name, b = type(item.kernel).name, type(item.kernel).backend
-        pair = (name, item.key)
-        if (planned and pair in planned) or pair in recorded_keys:
-            continue  # a declared key, or a duplicate: compiled once, reported once
-        if config.backends is not None and b not in config.backends:
-            entries.append(
-                ReportEntry(
-                    name,
-                    b,
-                    item.key,
-                    "skipped",
-                    error=f"backend {b!r} not in the backends allow-list",
-                    kind="recorded",
-                )
-            )
-            continue
-        recorded_keys.add(pair)
-        groups.setdefault(b, []).append((item.kernel, item.key))
+    with _gc_paused():  # nor does grouping them
+        entries, groups, recorded_keys = _group(config, plan, recorded)
+        keep()
 
     check_target(config.target, [b for b in groups if b is not None])
 
@@ -224,16 +166,7 @@ def _warmup(config: WarmupConfig | None, registry: Any, keep: Callable[[], None]
     entries.extend(loop.entries)
     if config.target is None and interrupted is None:
         _rehearse(registry, plan)
-    # Deterministic report order: plan order. Entries carry the plan's key objects, so
-    # their identities place them (hashing every key again cost ~1 us each).
-    order = {
-        (name, id(k)): i
-        for i, (name, k) in enumerate(
-            [(n, k) for n, (_, ks) in plan.items() for k in ks]
-            + [(type(it.kernel).name, it.key) for it in recorded if it.kernel is not None]
-        )
-    }
-    entries.sort(key=lambda e: order.get((e.kernel, id(e.key)), 0))
+    entries.sort(key=_plan_order(plan, recorded))
 
     elapsed = time.perf_counter() - t_start
     failures = [e for e in entries if e.status == "failed"]
@@ -312,6 +245,100 @@ def _warmup(config: WarmupConfig | None, registry: Any, keep: Callable[[], None]
         start_recording(config.record)
     monitor.arm(config.monitor)
     return report
+
+
+def _group(
+    config: WarmupConfig, plan: Mapping[str, tuple[Any, list[Any]]], recorded: Sequence[Any]
+) -> tuple[list[ReportEntry], dict[str | None, list[tuple[Any, Any]]], set[tuple[str, Any]]]:
+    """The keys to compile, by backend, in plan order, then the recorded ones not planned.
+
+    Returns the entries already decided (skipped by the backend allow-list, an
+    unreplayable or unplannable recorded entry), the ``(kernel, key)`` items per
+    backend, and the ``(kernel name, key)`` pairs that came from recorded entries.
+    """
+    entries: list[ReportEntry] = []
+    groups: dict[str | None, list[tuple[Any, Any]]] = {}
+    for name, (kernel, keys) in plan.items():
+        b = type(kernel).backend
+        if config.backends is not None and b not in config.backends:
+            entries.extend(
+                ReportEntry(
+                    name, b, k, "skipped", error=f"backend {b!r} not in the backends allow-list"
+                )
+                for k in keys
+            )
+            continue
+        groups.setdefault(b, []).extend((kernel, k) for k in keys)
+    # Only a recorded entry needs it (a declared key is compiled once, reported once).
+    planned = {(name, k) for name, (_, keys) in plan.items() for k in keys} if recorded else set()
+    recorded_keys: set[tuple[str, Any]] = set()
+    for item in recorded:
+        entry = item.entry
+        if not entry.replayable:
+            entries.append(
+                ReportEntry(
+                    entry.name,
+                    entry.backend,
+                    entry.id,
+                    "skipped",
+                    error=f"{_NOT_REPLAYABLE}{entry.reason}",
+                    kind="recorded",
+                )
+            )
+            continue
+        if item.error is not None:
+            entries.append(
+                ReportEntry(
+                    entry.name,
+                    entry.backend,
+                    entry.id,
+                    "failed",
+                    error=f"recorded entry cannot be planned: {_describe(item.error)}",
+                    exception=item.error,
+                    kind="recorded",
+                )
+            )
+            continue
+        name, b = type(item.kernel).name, type(item.kernel).backend
+        pair = (name, item.key)
+        if (planned and pair in planned) or pair in recorded_keys:
+            continue  # a declared key, or a duplicate: compiled once, reported once
+        if config.backends is not None and b not in config.backends:
+            entries.append(
+                ReportEntry(
+                    name,
+                    b,
+                    item.key,
+                    "skipped",
+                    error=f"backend {b!r} not in the backends allow-list",
+                    kind="recorded",
+                )
+            )
+            continue
+        recorded_keys.add(pair)
+        groups.setdefault(b, []).append((item.kernel, item.key))
+    return entries, groups, recorded_keys
+
+
+def _plan_order(
+    plan: Mapping[str, tuple[Any, list[Any]]], recorded: Sequence[Any]
+) -> Callable[[ReportEntry], int]:
+    """A sort key putting report entries in plan order (the report is deterministic).
+
+    Entries carry the plan's key objects, so their identities place them
+    (hashing every key again cost ~1 us each); by identity alone, with no
+    tuple per key for the collector to walk, unless one key object is
+    planned for two kernels. An entry of no planned key goes first.
+    """
+    keys = [k for _, ks in plan.values() for k in ks]
+    keys += [it.key for it in recorded if it.kernel is not None]
+    by_id = {id(k): i for i, k in enumerate(keys)}
+    if len(by_id) == len(keys):
+        return lambda e: by_id.get(id(e.key), 0)
+    names = [n for n, (_, ks) in plan.items() for _ in ks]
+    names += [type(it.kernel).name for it in recorded if it.kernel is not None]
+    by_pair = {(n, id(k)): i for i, (n, k) in enumerate(zip(names, keys, strict=True))}
+    return lambda e: by_pair.get((e.kernel, id(e.key)), 0)
 
 
 def _rehearse(registry: Any, plan: Mapping[str, tuple[Any, list[Any]]]) -> None:

@@ -376,6 +376,30 @@ def test_load_rejects_what_is_not_a_manifest(tmp_path, content):
         WarmupRegistry.load(path)
 
 
+def test_a_loaded_manifest_is_long_lived_for_the_collector_and_nothing_stays_frozen(tmp_path):
+    import gc
+
+    if gc.get_freeze_count() or not gc.isenabled():
+        pytest.skip("the test process froze objects or disabled gc itself")
+    reg = WarmupRegistry()
+    for n in range(2000):
+        reg.add(PyKernel, n=n)
+    path = reg.save(tmp_path / "m.json")
+    gc.collect()
+    loaded = WarmupRegistry.load(path)
+    # in the oldest generation: the next young collection does not walk 2000 registrations
+    young = {id(o) for o in gc.get_objects(0)} | {id(o) for o in gc.get_objects(1)}
+    assert not [r for r in loaded if id(r) in young]
+    assert gc.get_freeze_count() == 0 and gc.isenabled()
+    gc.freeze()  # a process that froze its heap: the load leaves that alone
+    try:
+        frozen = gc.get_freeze_count()
+        WarmupRegistry.load(path)
+        assert frozen // 2 < gc.get_freeze_count() <= frozen
+    finally:
+        gc.unfreeze()
+
+
 def test_load_of_a_missing_file_is_manifest_error(tmp_path):
     with pytest.raises(ManifestError, match="cannot read"):
         WarmupRegistry.load(tmp_path / "nope.json")

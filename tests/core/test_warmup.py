@@ -392,6 +392,31 @@ def test_backend_parallelism_caps_the_workers(fake_backend):
     assert FakeBackend.scopes == [(None, 2)]
 
 
+_SHARED = P(7, False)
+
+
+class _SharedKeyA(PyKernel):
+    name = "tests.shared_a"
+
+    def dispatch(self, *, n, flag=False):
+        return _SHARED if n == 7 else super().dispatch(n=n, flag=flag)
+
+
+class _SharedKeyB(_SharedKeyA):
+    name = "tests.shared_b"
+
+
+def test_one_key_object_planned_for_two_kernels_is_reported_in_plan_order_for_each():
+    reg = reg_of((_SharedKeyB, {"n": [7, 1]}), (_SharedKeyA, {"n": [2, 7]}))
+    report = warmkit.warmup(cfg(jobs=2), reg)
+    plan = reg.plan()
+    assert sum(key is _SHARED for keys in plan.values() for key in keys) == 2
+    assert [(e.kernel, e.key) for e in report.entries] == [
+        (name, key) for name, keys in plan.items() for key in keys
+    ]
+    assert statuses(report) == ["compiled"] * 4
+
+
 def test_jobs_1_compiles_serially_in_plan_order(fake_backend):
     FakeBackend.par = 8
     running, peak, lock = [0], [0], threading.Lock()
