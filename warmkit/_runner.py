@@ -61,7 +61,8 @@ def run(
     while every item running has run ``SPILL_SECONDS`` or more: slow work
     overlaps (a second compile starts ~2 ms after the first), cheap work
     (cache hits) runs one item at a time, without the threads fighting over
-    the GIL. The callbacks run one at a time (under one lock), in the worker
+    the GIL. Threads are started the same way: one at first, another each
+    time the running items have all run ``SPILL_SECONDS``. The callbacks run one at a time (under one lock), in the worker
     thread that finished the item, or in the calling thread for timeouts and
     Ctrl-C.
 
@@ -157,13 +158,21 @@ def run(
     def start() -> None:
         threading.Thread(target=worker, name="warmkit-compile", daemon=True).start()
 
-    for _ in range(min(workers, len(items))):
-        start()
+    # One thread to start with; each other starts only once the running items are slow
+    # (all have run SPILL_SECONDS): cheap items never pay for a second thread's wake-ups.
+    idle = min(workers, len(items)) - 1  # threads not started yet
+    start()
     try:
-        while not finished.wait(_POLL):
+        while not finished.wait(SPILL_SECONDS if idle else _POLL):
+            now = time.monotonic()
+            # read without the lock (one C call each): the lock only to start a thread
+            if idle and running and now - max(running.values(), default=now) >= SPILL_SECONDS:
+                with lock:
+                    if not state["closed"] and not jobs.empty():
+                        idle -= 1
+                        start()
             if timeout is None:
                 continue
-            now = time.monotonic()
             with lock:
                 late = [(j, now - t0) for j, t0 in running.items() if now - t0 > timeout]
                 for j, secs in late:

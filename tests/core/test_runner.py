@@ -57,11 +57,25 @@ def test_slow_items_overlap_up_to_workers():
     assert time.perf_counter() - t0 < 0.5  # ~0.2 s in two waves, not 0.6 s one by one
 
 
-def test_cheap_items_all_run_once():
+def test_cheap_items_all_run_once_on_one_thread():
     calls = Calls()
-    run(list(range(2000)), lambda i: i, workers=4, timeout=None, **calls.kwargs())
+    threads = set()
+    started = []
+
+    def fn(i):
+        threads.add(threading.get_ident())
+        if i % 100 == 0:
+            started.append(sum(t.name == "warmkit-compile" for t in threading.enumerate()))
+            time.sleep(0.0002)  # well under SPILL_SECONDS; lets any other thread run
+        return i
+
+    run(list(range(2000)), fn, workers=4, timeout=None, **calls.kwargs())
     assert sorted(calls.done) == [(i, i) for i in range(2000)]
     assert not calls.unrun and not calls.timed_out
+    # no second thread was started for items that never ran SPILL_SECONDS (each would
+    # only wake up to find nothing it may take)
+    assert len(threads) == 1 and threading.get_ident() not in threads
+    assert max(started) == 1
 
 
 def test_on_done_true_stops_further_items():
