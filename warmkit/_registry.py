@@ -251,10 +251,24 @@ class WarmupRegistry:
         from ._plugins import kernel_ref
 
         refs: dict[type, str] = {}
-        regs = []
+        regs: list[dict[str, Any]] = []
+        run: tuple[type, tuple[str, ...]] | None = None  # the points of regs[-1], if any
         for reg in self:
             if reg.kernel_cls not in refs:
                 refs[reg.kernel_cls] = kernel_ref(reg.kernel_cls)
+            space = reg.space
+            if not reg.zip_groups and _CANON_AS_IS.issuperset(map(type, space.values())):
+                # Consecutive points of one kernel and names (a recording's shape): one
+                # registration of rows, each row a registration of its own on load.
+                names = tuple(space)
+                if run == (reg.kernel_cls, names):
+                    regs[-1]["points"]["rows"].append(list(space.values()))
+                    continue
+                run = (reg.kernel_cls, names)
+                points = {"names": list(names), "rows": [list(space.values())]}
+                regs.append({"kernel": refs[reg.kernel_cls], "name": reg.kernel, "points": points})
+                continue
+            run = None
             regs.append(
                 {
                     "kernel": refs[reg.kernel_cls],
@@ -269,6 +283,10 @@ class WarmupRegistry:
                     "space": {k: _encode_axis(v) for k, v in reg.space.items()},
                 }
             )
+        for i, reg in enumerate(regs):  # a lone point is written as the registration it is
+            if "points" in reg and len(reg["points"]["rows"]) == 1:
+                names, (row,) = reg["points"]["names"], reg.pop("points")["rows"]
+                regs[i] = reg | {"zip": [], "space": dict(zip(names, row, strict=True))}
         out: dict[str, Any] = {
             "format": MANIFEST_FORMAT,
             "version": MANIFEST_VERSION,
@@ -365,26 +383,44 @@ class WarmupRegistry:
         # (class, input names) whose single-point registrations add() has checked once.
         checked: dict[tuple[type, tuple[str, ...]], tuple[str, ...]] = {}
         regs, new = registry._regs, Registration
+
+        def add_point(kernel_cls: type, space: dict[str, Any]) -> None:
+            if not _CANON_AS_IS.issuperset(map(type, space.values())):
+                registry.add(kernel_cls, **{k: decode_value(v) for k, v in space.items()})
+                return
+            # A point of plain scalars (a recording has one per key): the checks add()
+            # makes depend only on the class and the names, so they are made once per pair.
+            seen = (kernel_cls, tuple(space))
+            order = checked.get(seen)
+            if order is None:
+                registry.add(kernel_cls, **space)
+                checked[seen] = tuple(sorted(space))
+                return
+            ident = _canon_point(order, tuple([space[k] for k in order]))
+            regs.setdefault((kernel_cls.name, ident), new(kernel_cls.name, kernel_cls, (), space))
+
         for i, entry in enumerate(data["registrations"]):
             try:
                 ref = entry["kernel"]
                 kernel_cls = classes.get(ref)
                 if kernel_cls is None:
                     kernel_cls = classes[ref] = load_kernel(ref)
+                if "points" in entry:  # version 2: rows of points, a registration each
+                    names = entry["points"]["names"]
+                    for j, row in enumerate(entry["points"]["rows"]):
+                        try:
+                            add_point(kernel_cls, dict(zip(names, row, strict=True)))
+                        except (ManifestError, PluginLoadError):
+                            raise
+                        except Exception as exc:
+                            raise ManifestError(
+                                f"registration {i}, point {j} {row!r} (kernel {ref!r}): {exc}",
+                                path=path,
+                            ) from exc
+                    continue
                 space = entry["space"]
                 if not entry.get("zip") and _CANON_AS_IS.issuperset(map(type, space.values())):
-                    # A point of plain scalars (a recording has one per key): the checks
-                    # add() makes depend only on the class and the names, made once per pair.
-                    seen = (kernel_cls, tuple(space))
-                    order = checked.get(seen)
-                    if order is not None:
-                        if not keep:
-                            space = dict(space)
-                        ident = _canon_point(order, tuple([space[k] for k in order]))
-                        regs.setdefault((kernel_cls.name, ident), new(kernel_cls.name, kernel_cls, (), space))  # fmt: skip
-                        continue
-                    registry.add(kernel_cls, **space)
-                    checked[seen] = tuple(sorted(space))
+                    add_point(kernel_cls, space if keep else dict(space))
                     continue
                 groups = [
                     ZipGroup(

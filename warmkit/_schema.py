@@ -85,6 +85,87 @@ _AXIS: dict[str, Any] = {
     ],
 }
 
+_REGISTRATION: dict[str, Any] = {
+    "description": "a registration: {kernel, name, zip, space}",
+    "type": "object",
+    "properties": {
+        "kernel": {
+            "description": "a warmkit.kernels entry-point name or module:QualName",
+            "type": "string",
+            "minLength": 1,
+        },
+        "name": {"type": "string"},
+        "zip": {
+            "type": "array",
+            "items": {
+                "description": "a zip group: {names: [str], rows: [[value per name]]}",
+                "type": "object",
+                "properties": {
+                    "names": {
+                        "type": "array",
+                        "items": {"type": "string"},
+                        "minItems": 1,
+                        "uniqueItems": True,
+                    },
+                    "rows": {
+                        "type": "array",
+                        "minItems": 1,
+                        "items": {"type": "array", "items": {"$ref": "#/$defs/value"}},
+                    },
+                },
+                "required": ["names", "rows"],
+                "additionalProperties": False,
+            },
+        },
+        "space": {
+            "description": "keyword axes: {input name: axis}",
+            "type": "object",
+            "additionalProperties": {"$ref": "#/$defs/axis"},
+        },
+    },
+    "required": ["kernel", "space"],
+    "additionalProperties": False,
+}
+
+_POINTS: dict[str, Any] = {
+    "description": "consecutive single-point registrations of one kernel: {kernel, name, "
+    "points: {names: [str], rows: [[plain value per name]]}}, each row one registration "
+    "(version 2)",
+    "type": "object",
+    "properties": {
+        "kernel": {
+            "description": "a warmkit.kernels entry-point name or module:QualName",
+            "type": "string",
+            "minLength": 1,
+        },
+        "name": {"type": "string"},
+        "points": {
+            "type": "object",
+            "properties": {
+                "names": {
+                    "type": "array",
+                    "items": {"type": "string"},
+                    "uniqueItems": True,
+                },
+                "rows": {
+                    "type": "array",
+                    "minItems": 1,
+                    "items": {
+                        "description": "a point: one plain value (null, a boolean, a number, "
+                        "a string) per name",
+                        "type": "array",
+                        "items": {"type": ["null", "boolean", "number", "string"]},
+                    },
+                },
+            },
+            "required": ["names", "rows"],
+            "additionalProperties": False,
+        },
+    },
+    "required": ["kernel", "points"],
+    "additionalProperties": False,
+}
+
 _STR_OR_NULL = {"type": ["string", "null"]}
 
 _RECORDED_GROUP: dict[str, Any] = {
@@ -129,45 +210,9 @@ MANIFEST_SCHEMA: dict[str, Any] = {
         "registrations": {
             "type": "array",
             "items": {
-                "description": "a registration: {kernel, name, zip, space}",
-                "type": "object",
-                "properties": {
-                    "kernel": {
-                        "description": "a warmkit.kernels entry-point name or module:QualName",
-                        "type": "string",
-                        "minLength": 1,
-                    },
-                    "name": {"type": "string"},
-                    "zip": {
-                        "type": "array",
-                        "items": {
-                            "description": "a zip group: {names: [str], rows: [[value per name]]}",
-                            "type": "object",
-                            "properties": {
-                                "names": {
-                                    "type": "array",
-                                    "items": {"type": "string"},
-                                    "minItems": 1,
-                                    "uniqueItems": True,
-                                },
-                                "rows": {
-                                    "type": "array",
-                                    "minItems": 1,
-                                    "items": {"type": "array", "items": {"$ref": "#/$defs/value"}},
-                                },
-                            },
-                            "required": ["names", "rows"],
-                            "additionalProperties": False,
-                        },
-                    },
-                    "space": {
-                        "description": "keyword axes: {input name: axis}",
-                        "type": "object",
-                        "additionalProperties": {"$ref": "#/$defs/axis"},
-                    },
-                },
-                "required": ["kernel", "space"],
-                "additionalProperties": False,
+                "if": {"type": "object", "required": ["points"]},
+                "then": {"$ref": "#/$defs/points"},
+                "else": {"$ref": "#/$defs/registration"},
             },
         },
         "recorded": {
@@ -179,7 +224,12 @@ MANIFEST_SCHEMA: dict[str, Any] = {
     },
     "required": ["format", "version", "registrations"],
     "additionalProperties": False,
-    "$defs": {"value": _VALUE, "axis": _AXIS},
+    "$defs": {
+        "value": _VALUE,
+        "axis": _AXIS,
+        "registration": _REGISTRATION,
+        "points": _POINTS,
+    },
 }
 
 # Version 1 (still read): the same, but a flat ``recorded`` list of entries, each checked
@@ -189,6 +239,7 @@ _V1_SCHEMA: dict[str, Any] = {
     "properties": {
         **MANIFEST_SCHEMA["properties"],
         "version": {"const": 1},
+        "registrations": {"type": "array", "items": {"$ref": "#/$defs/registration"}},
         "recorded": {
             "description": "runtime JIT events recorded by warmkit record (checked entry by "
             "entry by warmkit._record.RecordedEntry.from_dict)",
@@ -246,8 +297,13 @@ def _jsonschema_errors(data: Any) -> list[Any]:
     errors = sorted(validator.iter_errors(data), key=lambda e: list(e.absolute_path))
     if errors:
         return errors
-    # A zip row must have one value per name: a schema per group, made from its names.
+    # A zip row (or a point) must have one value per name: a schema per group, from its names.
     for i, reg in enumerate(data["registrations"]):
+        if "points" in reg:
+            rows = jsonschema.Draft202012Validator(_row_schema(len(reg["points"]["names"])))
+            for err in rows.iter_errors(reg["points"]["rows"]):
+                err.path.extendleft(reversed(["registrations", i, "points", "rows"]))
+                errors.append(err)
         for g, group in enumerate(reg.get("zip", [])):
             rows = jsonschema.Draft202012Validator(_row_schema(len(group["names"])))
             for err in rows.iter_errors(group["rows"]):
@@ -257,6 +313,11 @@ def _jsonschema_errors(data: Any) -> list[Any]:
 
 
 def _rows_match_names(data: Any) -> bool:
+    for reg in data["registrations"]:
+        if "points" in reg:
+            n = len(reg["points"]["names"])
+            if not all(len(row) == n for row in reg["points"]["rows"]):
+                return False
     return all(
         len(row) == len(group["names"])
         for reg in data["registrations"]

@@ -621,3 +621,42 @@ def test_a_bad_point_among_good_ones_is_named_by_its_index(tmp_path, bad, words)
         WarmupRegistry.load(_points_manifest(tmp_path, spaces))
     for word in words:
         assert word in str(info.value)
+
+
+def test_consecutive_points_are_saved_as_rows_and_load_back_as_the_same_registrations(tmp_path):
+    reg = WarmupRegistry()
+    for i in range(4):
+        reg.add(PyKernel, n=i, flag=True)
+    reg.add(OtherKernel, m=1)  # another kernel: a lone point, written as the registration it is
+    reg.add(PyKernel, n=9, flag=False)
+    reg.add(PyKernel, flag=True, n=10)  # other names' order: another run
+    reg.add(PyKernel, flag=False, n=11)
+    reg.add(PyKernel, n=(1, 2))  # not plain scalars
+    reg.add(PyKernel, n=12, flag=True)
+    data = json.loads(reg.save(tmp_path / "m.json").read_text())
+    shapes = [
+        ("points", len(r["points"]["rows"])) if "points" in r else ("space", len(r["space"]))
+        for r in data["registrations"]
+    ]
+    assert shapes == [("points", 4), ("space", 1), ("space", 2), ("points", 2), ("space", 1), ("space", 2)]  # fmt: skip
+    assert data["registrations"][0]["points"]["rows"][3] == [3, True]
+    loaded = WarmupRegistry.load(tmp_path / "m.json")
+    assert list(loaded) == list(reg)  # every registration, in order, with its names' order
+    assert [list(r.space) for r in loaded] == [list(r.space) for r in reg]
+    assert loaded.to_dict() == reg.to_dict()
+    assert loaded.plan() == reg.plan()
+
+
+def test_a_bad_point_in_rows_is_named_by_registration_and_point(tmp_path):
+    reg = WarmupRegistry()
+    for i in range(4):
+        reg.add(PyKernel, n=i)
+    data = reg.to_dict()
+    data["registrations"][0]["points"]["names"] = ["nope"]
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(ManifestError) as info:
+        WarmupRegistry.load(path)
+    msg = str(info.value)
+    assert str(path) in msg and "registration 0, point 0 [0]" in msg and "'nope'" in msg, msg
+    assert f"{PyKernel.__module__}:PyKernel" in msg

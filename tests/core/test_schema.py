@@ -21,7 +21,14 @@ def data():
     reg = WarmupRegistry()
     reg.add(PyKernel, n=warmkit.IntRange(1, 5), flag=[False, True])
     reg.add(OtherKernel, warmkit.zip_inputs({"m": 1}, {"m": 2}))
-    return reg.to_dict()
+    for n in range(3):  # registrations[2]: consecutive points, written as one of rows
+        reg.add(PyKernel, n=n, flag=True)
+    data = reg.to_dict()
+    assert data["registrations"][2]["points"] == {
+        "names": ["n", "flag"],
+        "rows": [[0, True], [1, True], [2, True]],
+    }
+    return data
 
 
 def test_a_saved_manifest_matches_its_schema(data):
@@ -52,7 +59,19 @@ CASES = [
     (lambda d: d["registrations"][1]["zip"][0].pop("names"), "$.registrations[1].zip[0]", "'names' is a required"),
     (lambda d: d["registrations"][0].pop("kernel"), "$.registrations[0]", "'kernel' is a required"),
     (lambda d: d.update(registrations={}), "$.registrations", "not of type 'array'"),
+    (lambda d: _points(d)["rows"][1].pop(), "$.registrations[2].points.rows[1]", "one value per name (2)"),
+    (lambda d: _points(d)["rows"][1].append(1), "$.registrations[2].points.rows[1]", "one value per name (2)"),
+    (lambda d: _points(d)["rows"][0].__setitem__(0, {"tuple": [1]}), "$.registrations[2].points.rows[0][0]",
+     "not of type"),
+    (lambda d: _points(d).update(rows=[]), "$.registrations[2].points.rows", "should be non-empty"),
+    (lambda d: _points(d).update(names="n"), "$.registrations[2].points.names", "not of type 'array'"),
+    (lambda d: d["registrations"][2].update(space={}), "$.registrations[2]", "'space' was unexpected"),
+    (lambda d: d.update(version=1), "$.registrations[2]", "'space' is a required property"),
 ]  # fmt: skip
+
+
+def _points(d):
+    return d["registrations"][2]["points"]
 
 
 @pytest.mark.parametrize("edit,where,words", CASES)
@@ -64,7 +83,10 @@ def test_each_malformation_names_its_json_path_kernel_and_expectation(data, edit
     msg = str(info.value)
     assert msg.startswith("m.json: manifest does not match its schema: ")
     assert f"{where}" in msg and words in msg, msg
-    if where.startswith("$.registrations[0]") and "kernel' is a required" not in words:
+    if (
+        where.startswith(("$.registrations[0]", "$.registrations[2]"))
+        and "kernel' is a " not in words
+    ):
         assert PyKernel.__qualname__ in msg  # the kernel of that registration
 
 
