@@ -126,6 +126,8 @@ def _check_plain_value(name: str, value: Any) -> None:
 
 def decode_key(cls: type, fields: Mapping[str, Any]) -> Any:
     """Rebuild ``cls.CompileKey`` from ``encode_key`` data."""
+    if _AS_IS.issuperset(map(type, fields.values())):  # nothing tagged: the fields as they are
+        return cls.CompileKey(**fields)
     return cls.CompileKey(
         **{k: v if type(v) in _AS_IS else decode_value(v) for k, v in fields.items()}
     )
