@@ -351,16 +351,28 @@ def _parse_groups(items: list[Any], path: Any, keep: bool) -> list[RecordedEntry
     out: list[RecordedEntry] = []
     encode = _encode_parsed if keep else _canonical
     sha256, new = hashlib.sha256, object.__new__
+    # The slots' own setters: an entry of a checked group is built without attrs' checks.
     slots = RecordedEntry.__dict__
-    setters = [slots[f].__set__ for f in (*_GROUP_FIELDS, "reason", "spec_json", "_parsed", "id")]
-    *set_head, set_spec, set_parsed, set_id = setters
+    fields = (*_GROUP_FIELDS, "reason", "spec_json", "_parsed", "id")
+    (
+        s_backend,
+        s_kind,
+        s_kernel,
+        s_name,
+        s_target,
+        s_replayable,
+        s_reason,
+        s_spec,
+        s_parsed,
+        s_id,
+    ) = (slots[f].__set__ for f in fields)
     for g, group in enumerate(items):
-        template = _group_template(group, g, path)
-        where = f"recorded group {g} (kernel {template.kernel!r})"
-        head = _id_head(template.backend, template.kind, template.kernel)
-        tail = f",{_canonical(template.target)}]"
-        values = [getattr(template, f) for f in (*_GROUP_FIELDS, "reason")]
-        fill = list(zip(set_head, values, strict=True))
+        t = _group_template(group, g, path)
+        where = f"recorded group {g} (kernel {t.kernel!r})"
+        head = _id_head(t.backend, t.kind, t.kernel)
+        tail = f",{_canonical(t.target)}]"
+        backend, kind, kernel, name, target = t.backend, t.kind, t.kernel, t.name, t.target
+        replayable, reason = t.replayable, t.reason
         for j, item in enumerate(group["entries"]):
             if not (
                 type(item) is list
@@ -388,11 +400,16 @@ def _parse_groups(items: list[Any], path: Any, keep: bool) -> list[RecordedEntry
                 )
             # The group's fields were checked by RecordedEntry() once; this is that entry.
             entry = new(RecordedEntry)
-            for setter, value in fill:
-                setter(entry, value)
-            set_spec(entry, spec_json)
-            set_parsed(entry, spec if keep else None)
-            set_id(entry, ident)
+            s_backend(entry, backend)
+            s_kind(entry, kind)
+            s_kernel(entry, kernel)
+            s_name(entry, name)
+            s_target(entry, target)
+            s_replayable(entry, replayable)
+            s_reason(entry, reason)
+            s_spec(entry, spec_json)
+            s_parsed(entry, spec if keep else None)
+            s_id(entry, ident)
             out.append(entry)
     return out
 

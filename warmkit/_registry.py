@@ -19,6 +19,7 @@ import warnings
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextvars import ContextVar
+from operator import itemgetter
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -407,9 +408,18 @@ class WarmupRegistry:
                     kernel_cls = classes[ref] = load_kernel(ref)
                 if "points" in entry:  # version 2: rows of points, a registration each
                     names = entry["points"]["names"]
+                    pair, order = (kernel_cls, tuple(names)), tuple(sorted(names))
+                    # the row's values in the order of the sorted names, for the identity
+                    pick = tuple if order == pair[1] else itemgetter(*map(names.index, order))
+                    name = kernel_cls.name
                     for j, row in enumerate(entry["points"]["rows"]):
                         try:
-                            add_point(kernel_cls, dict(zip(names, row, strict=True)))
+                            if pair in checked and _CANON_AS_IS.issuperset(map(type, row)):
+                                ident = _canon_point(order, pick(row))
+                                space = dict(zip(names, row))
+                                regs.setdefault((name, ident), new(name, kernel_cls, (), space))
+                            else:  # the first of these names (checked), or not plain
+                                add_point(kernel_cls, dict(zip(names, row, strict=True)))
                         except (ManifestError, PluginLoadError):
                             raise
                         except Exception as exc:
