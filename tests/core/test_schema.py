@@ -163,3 +163,20 @@ def test_the_fast_validator_agrees_with_jsonschema(data):
     fast = _schema._fast_validator()
     assert fast is not None, "jsonschema-rs is a dependency of warmkit"
     assert (_schema._errors(data) == []) == (_schema._jsonschema_errors(data) == [])
+
+
+def test_the_fast_validator_itself_accepts_what_save_writes_in_either_version(data, tmp_path):
+    # validate_manifest falls back to jsonschema when jsonschema-rs refuses: that would be
+    # correct but slow, so the fast validator must accept every saved manifest itself.
+    registry = WarmupRegistry.from_dict(data)
+    registry.add_recorded(
+        warmkit.RecordedEntry.make(backend=None, kind="key", kernel="m:K", name="K", spec={"k": 1})
+    )
+    saved = json.loads(registry.save(tmp_path / "m.json").read_text())
+    assert saved["version"] == 2 and "points" in saved["registrations"][2] and saved["recorded"]
+    assert _schema._fast_validator(2).is_valid(saved) and not _schema._jsonschema_errors(saved)
+    v1 = {k: v for k, v in saved.items() if k != "recorded"} | {"version": 1}
+    v1["registrations"] = [r for r in v1["registrations"] if "points" not in r]
+    v1["recorded"] = [e.to_dict() for e in registry.recorded()]
+    assert _schema._fast_validator(1).is_valid(v1) and not _schema._jsonschema_errors(v1)
+    assert not _schema._fast_validator(1).is_valid(saved)  # a version-2 file is not version 1
