@@ -215,15 +215,16 @@ class WarmupRegistry:
         fresh: dict[type, Any] = {}  # one fresh instance per class, not per registration
         planners: dict[type, Any] = {}
         for reg in self:
+            kernel_cls = reg.kernel_cls
             inst = reg._instance() if reg._instance is not None else None
             if inst is None:
-                inst = fresh.get(reg.kernel_cls)
+                inst = fresh.get(kernel_cls)
                 if inst is None:
-                    inst = fresh[reg.kernel_cls] = reg.kernel_instance()
+                    inst = fresh[kernel_cls] = reg.kernel_instance()
             try:
-                plan = planners.get(reg.kernel_cls)
+                plan = planners.get(kernel_cls)
                 if plan is None:
-                    plan = planners[reg.kernel_cls] = reg.kernel_cls._warmkit_planner()
+                    plan = planners[kernel_cls] = kernel_cls._warmkit_planner()
                 keys = plan(inst, reg.zip_groups, reg.space)
             except Exception as exc:
                 # The user's dispatch (or space) raised: say whose, keep the type and the cause.
@@ -233,9 +234,13 @@ class WarmupRegistry:
                     f"{dict(reg.space)!r}"
                 )
                 raise
-            if reg.kernel not in out:
-                out[reg.kernel] = (inst, {})
-            out[reg.kernel][1].update(dict.fromkeys(keys))
+            found = out.get(reg.kernel)
+            if found is None:
+                found = out[reg.kernel] = (inst, {})
+            if len(keys) == 1:  # a point (a recording has one per key): no dict for one key
+                found[1][keys[0]] = None
+            else:
+                found[1].update(dict.fromkeys(keys))
         return {name: (inst, list(keys)) for name, (inst, keys) in out.items()}
 
     # -- manifest ------------------------------------------------------------------
