@@ -79,7 +79,8 @@ def _kept_out_of_gc() -> Iterator[Callable[[], None]]:
     them out of the collector's walk until the block ends; garbage made in
     the block (a compiler's) is still collected. Nothing is frozen when the
     process froze objects itself (a pre-fork server): ``gc.unfreeze`` would
-    thaw those too.
+    thaw those too. (A ``gc.freeze()`` another thread makes during the warmup
+    is thawed by it: CPython has one permanent generation.)
     """
     own = gc.isenabled() and not gc.get_freeze_count()
     if not own:
