@@ -20,14 +20,13 @@ def plot(doc: dict, out: Path) -> Path:
     results = doc["results"]
     goals = results["goals"]
     fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(11, 4.2))
-    for shape, marker in (("declared", "o"), ("recorded", "s")):
+    for shape, marker in (("declared", "o"), ("recorded", "s"), ("replayed", "^")):
         rows = sorted((r for r in results["curve"] if r["shape"] == shape), key=lambda r: r["keys"])
         if not rows:
             continue
         keys = [r["keys"] for r in rows]
-        series = (
+        series = (  # CPU time is in the table: on this box it sits on the wall line
             ("total", "-", "total (wall)"),
-            ("cpu", ":", "CPU time"),
             ("warmup", "--", "warmup alone"),
         )
         for field, style, what in series:
