@@ -110,11 +110,18 @@ def _allowed() -> tuple[str, ...] | None:
     """
     allowed = _envs.get("WARMKIT_PLUGINS")
     if allowed:
-        known = {
-            info.name
-            for group in (BACKENDS_GROUP, KERNELS_GROUP)
-            for info in discover(group, honour_allow_list=False)
-        }
+        if _snapshot.get() is not None:  # one_scan(): its snapshot, read once
+            known = {
+                info.name
+                for group in (BACKENDS_GROUP, KERNELS_GROUP)
+                for info in discover(group, honour_allow_list=False)
+            }
+        else:  # names only: no distribution metadata read
+            known = {
+                ep.name
+                for group in (BACKENDS_GROUP, KERNELS_GROUP)
+                for ep in importlib.metadata.entry_points(group=group)
+            }
         unknown = [n for n in allowed if n not in known]
         if unknown:
             raise ValueError(

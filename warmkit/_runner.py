@@ -165,8 +165,14 @@ def run(
     try:
         while not finished.wait(SPILL_SECONDS if idle else _POLL):
             now = time.monotonic()
-            # read without the lock (one C call each): the lock only to start a thread
-            if idle and running and now - max(running.values(), default=now) >= SPILL_SECONDS:
+            # read without the lock, so cheap items never wait for this thread; the lock only
+            # to start a thread (a concurrent change of `running`, possible without a GIL,
+            # only postpones the check to the next poll)
+            try:
+                oldest = max(running.values(), default=now) if idle else now
+            except RuntimeError:  # dictionary changed size during iteration
+                oldest = now
+            if idle and now - oldest >= SPILL_SECONDS:
                 with lock:
                     if not state["closed"] and not jobs.empty():
                         idle -= 1

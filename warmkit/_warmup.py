@@ -70,30 +70,47 @@ def warmup(config: WarmupConfig | None = None, registry: Any = None) -> WarmupRe
 
 
 @contextlib.contextmanager
-def _kept_out_of_gc() -> Iterator[Callable[[], None]]:
+def _kept_out_of_gc() -> Iterator[Callable[[bool], None]]:
     """Garbage collection in the block skips what existed before it, and what ``keep()`` keeps.
 
     A warmup keeps what it makes (keys, executors, report entries), and each
     full collection walks every tracked object again: the loaded manifest,
     the plan. At 100,000 keys that was 2-13 us a key. ``gc.freeze`` puts
-    them out of the collector's walk until the block ends; garbage made in
-    the block (a compiler's) is still collected. Nothing is frozen when the
-    process froze objects itself (a pre-fork server): ``gc.unfreeze`` would
-    thaw those too. (A ``gc.freeze()`` another thread makes during the warmup
-    is thawed by it: CPython has one permanent generation.)
+    them out of the collector's walks until the block ends. A frozen object
+    is never collected meanwhile, so garbage is collected before each freeze:
+    the young generations at the start (cheap), everything not yet frozen at
+    each ``keep()`` (cheap too: the rest is frozen). ``keep(False)`` skips
+    that, for what was just built with the collector paused (the plan).
+    Garbage already in the oldest generation when the block starts stays
+    until it ends: an engine that drops a large object graph before warming
+    up should ``gc.collect()`` first.
+
+    Nothing is frozen when the process froze objects itself (a pre-fork
+    server): ``gc.unfreeze`` would thaw those too. (A ``gc.freeze()`` another
+    thread makes during the warmup is thawed by it: CPython has one permanent
+    generation.)
     """
     own = gc.isenabled() and not gc.get_freeze_count()
     if not own:
-        yield lambda: None
+        yield lambda collect=True: None
         return
+
+    def keep(collect: bool = True) -> None:
+        if collect:
+            gc.collect()
+        gc.freeze()
+
+    gc.collect(1)
     gc.freeze()
     try:
-        yield gc.freeze
+        yield keep
     finally:
         gc.unfreeze()
 
 
-def _warmup(config: WarmupConfig | None, registry: Any, keep: Callable[[], None]) -> WarmupReport:
+def _warmup(
+    config: WarmupConfig | None, registry: Any, keep: Callable[[bool], None]
+) -> WarmupReport:
     from ._registry import active_registry, default_registry
 
     config = config if config is not None else WarmupConfig.from_env()
@@ -115,7 +132,7 @@ def _warmup(config: WarmupConfig | None, registry: Any, keep: Callable[[], None]
     with _gc_paused():  # planning keeps every object it makes: none is garbage
         plan = registry.resolve()
         recorded = resolve_recorded(registry.recorded())
-        keep()
+        keep(False)
     if config.bundle is not None:
         if config.read_only:
             raise ValueError(
@@ -136,7 +153,7 @@ def _warmup(config: WarmupConfig | None, registry: Any, keep: Callable[[], None]
     )
     with _gc_paused():  # nor does grouping them
         entries, groups, recorded_keys = _group(config, plan, recorded)
-        keep()
+        keep(False)
 
     check_target(config.target, [b for b in groups if b is not None])
 
@@ -387,7 +404,7 @@ class _Run:
         self._procs: Any = None
         self.fleet: Any = None
         self.setup_failures: dict[str, BaseException] = {}
-        self.keep: Callable[[], None] = lambda: None  # see _kept_out_of_gc
+        self.keep: Callable[[bool], None] = lambda collect=True: None  # see _kept_out_of_gc
 
     def close(self) -> None:
         if self._bar is not None:

@@ -315,6 +315,31 @@ def test_warmup_keeps_what_it_holds_out_of_gc_walks_and_thaws_it_after(monkeypat
     assert gc.get_freeze_count() == 0 and gc.isenabled()  # thawed, as it was
 
 
+def test_garbage_is_collected_before_each_freeze_not_pinned_until_the_end(monkeypatch):
+    """A frozen object is never collected: nothing may be garbage when it is frozen."""
+    if gc.get_freeze_count() or not gc.isenabled():
+        pytest.skip("the test process froze objects or disabled gc itself")
+    monkeypatch.setattr(warmup_module, "_KEEP_EVERY", 2)
+    made: list[weakref.ref] = []
+    alive_at: dict[int, list[bool]] = {}
+
+    def cycle() -> None:
+        c = _Cycle()
+        c.me = c
+        made.append(weakref.ref(c))
+
+    def hook(key):
+        alive_at[key.n] = [ref() is not None for ref in made]
+        cycle()  # garbage, left for the collector (no gc.collect() here)
+
+    cycle()  # made before the warmup, still young
+    PyKernel.hook = hook
+    warmkit.warmup(cfg(jobs=1), reg_of((PyKernel, {"n": list(range(6))})))
+    assert alive_at[0] == [False]  # collected before the first freeze
+    # keys 0-1 and 2-3 made garbage before the keep() at entries 2 and 4: collected there
+    assert alive_at[5][:5] == [False] * 5
+
+
 def test_warmup_that_fails_thaws_too():
     if gc.get_freeze_count():
         pytest.skip("the test process froze objects itself")
