@@ -168,11 +168,11 @@ def run(
             # read without the lock, so cheap items never wait for this thread; the lock only
             # to start a thread (a concurrent change of `running`, possible without a GIL,
             # only postpones the check to the next poll)
-            try:
-                oldest = max(running.values(), default=now) if idle else now
+            try:  # when the newest running item started (none running: now)
+                newest = max(running.values(), default=now) if idle else now
             except RuntimeError:  # dictionary changed size during iteration
-                oldest = now
-            if idle and now - oldest >= SPILL_SECONDS:
+                newest = now
+            if idle and now - newest >= SPILL_SECONDS:
                 with lock:
                     if not state["closed"] and not jobs.empty():
                         idle -= 1
