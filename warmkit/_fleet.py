@@ -262,7 +262,7 @@ class Fleet:
         ek = None if backend is None else self._entry_key(backend, kernel, key, target)
         if ek is None:
             executor, cached = kernel._warmkit_compile(key, target)
-            hit = cached or (isinstance(executor, ReportsCacheHit) and executor.cache_hit is True)
+            hit = cached or _cache_hit(executor)
             if self.read_only and not hit:
                 name = type(kernel).name
                 raise CacheMissError(

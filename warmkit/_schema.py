@@ -85,15 +85,17 @@ _AXIS: dict[str, Any] = {
     ],
 }
 
+_KERNEL_REF: dict[str, Any] = {
+    "description": "a warmkit.kernels entry-point name or module:QualName",
+    "type": "string",
+    "minLength": 1,
+}
+
 _REGISTRATION: dict[str, Any] = {
     "description": "a registration: {kernel, name, zip, space}",
     "type": "object",
     "properties": {
-        "kernel": {
-            "description": "a warmkit.kernels entry-point name or module:QualName",
-            "type": "string",
-            "minLength": 1,
-        },
+        "kernel": _KERNEL_REF,
         "name": {"type": "string"},
         "zip": {
             "type": "array",
@@ -133,11 +135,7 @@ _POINTS: dict[str, Any] = {
     "(version 2)",
     "type": "object",
     "properties": {
-        "kernel": {
-            "description": "a warmkit.kernels entry-point name or module:QualName",
-            "type": "string",
-            "minLength": 1,
-        },
+        "kernel": _KERNEL_REF,
         "name": {"type": "string"},
         "points": {
             "type": "object",

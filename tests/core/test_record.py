@@ -382,6 +382,10 @@ def _flip(text: str, old: str, new: str) -> str:
     return text.replace(old, new)
 
 
+#: The two readers of a manifest's recorded section: each must refuse a damaged one.
+_READERS = {"load": warmkit.WarmupRegistry.load, "read_recorded": warmkit.read_recorded}
+
+
 @pytest.mark.parametrize("reader", ["load", "read_recorded"])
 @pytest.mark.parametrize(
     ("edit", "words"),
@@ -408,10 +412,7 @@ def test_a_damaged_grouped_entry_is_refused_naming_the_path_group_entry_and_kern
     path = _save(tmp_path, entries)
     path.write_text(edit(path.read_text(), entries))
     with pytest.raises(warmkit.ManifestError) as info:
-        if reader == "load":
-            warmkit.WarmupRegistry.load(path)
-        else:
-            warmkit.read_recorded(path)
+        _READERS[reader](path)
     message = str(info.value)
     assert str(path) in message and info.value.path == path
     for word in words:
@@ -444,10 +445,7 @@ def test_a_group_header_of_a_wrong_type_is_refused_naming_the_group_and_kernel(
     data["recorded"][1].update(change)
     path.write_text(json.dumps(data))
     with pytest.raises(warmkit.ManifestError) as info:
-        if reader == "load":
-            warmkit.WarmupRegistry.load(path)
-        else:
-            warmkit.read_recorded(path)
+        _READERS[reader](path)
     message = str(info.value)
     where = "$.recorded[1]" if reader == "load" else "recorded group 1"
     assert where in message and str(path) in message, message

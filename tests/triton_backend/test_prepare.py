@@ -100,6 +100,16 @@ def test_a_target_this_ptxas_rejects_is_the_warmups_usage_error_as_without_prepa
     assert [e.status for e in report.entries] == ["compiled"]
 
 
+def _point_triton_at_another_ptxas(tmp_path, monkeypatch):
+    """A fake ptxas that reports another version, set where Triton looks for ptxas."""
+    other = tmp_path / "ptxas"
+    other.write_text("#!/bin/sh\necho 'Cuda compilation tools, release 12.9, V12.9.99 (other)'\n")
+    other.chmod(0o755)
+    for var in ("TRITON_PTXAS_PATH", "TRITON_PTXAS_BLACKWELL_PATH"):
+        monkeypatch.setenv(var, str(other))
+    return other
+
+
 def test_a_ptxas_set_after_prepare_is_the_one_whose_version_the_warmup_uses(tmp_path, monkeypatch):
     # Triton caches the ptxas version per arch for the process's life; prepare() asked the
     # bundled ptxas, then the engine points Triton at another one before warming up.
@@ -107,11 +117,7 @@ def test_a_ptxas_set_after_prepare_is_the_one_whose_version_the_warmup_uses(tmp_
     warmkit.prepare(WarmupConfig(target="cuda:90", backends=("triton",), jobs=1))
     warmkit.warmup(WarmupConfig(progress="off", monitor="off"), WarmupRegistry())  # joins it
     bundled = api.ptxas_info(90)["version"]
-    other = tmp_path / "ptxas"
-    other.write_text("#!/bin/sh\necho 'Cuda compilation tools, release 12.9, V12.9.99 (other)'\n")
-    other.chmod(0o755)
-    for var in ("TRITON_PTXAS_PATH", "TRITON_PTXAS_BLACKWELL_PATH"):
-        monkeypatch.setenv(var, str(other))
+    other = _point_triton_at_another_ptxas(tmp_path, monkeypatch)
     try:
         assert api.ptxas_info(90)["version"] == bundled  # stale: what Triton alone would use
         _setup.check()  # what compile_scope runs before a warmup's first key
@@ -130,11 +136,7 @@ def test_a_prepare_for_another_target_during_a_warmup_is_checked_by_its_own_warm
     # meanwhile (as if during another target's warmup) the check has run: cuda:90 stays primed
     _setup.check()
     bundled = api.ptxas_info(90)["version"]
-    other = tmp_path / "ptxas"
-    other.write_text("#!/bin/sh\necho 'Cuda compilation tools, release 12.9, V12.9.99 (other)'\n")
-    other.chmod(0o755)
-    for var in ("TRITON_PTXAS_PATH", "TRITON_PTXAS_BLACKWELL_PATH"):
-        monkeypatch.setenv(var, str(other))
+    _point_triton_at_another_ptxas(tmp_path, monkeypatch)
     try:
         assert api.ptxas_info(90)["version"] == bundled  # stale until a check
         _setup.check()  # the cuda:90 warmup's own
