@@ -80,7 +80,8 @@ def child(argv: list[str]) -> int:
     p.add_argument("--target", default="")
     p.add_argument("--jobs", type=int, default=1)
     a = p.parse_args(argv)
-    t0 = time.perf_counter()
+    t0, wall0 = time.perf_counter(), time.time()
+    spans_w = _worker_spans()  # before prepare(): the workers report their start from then on
     # An engine calls warmkit.prepare() first, before building itself (docs/performance.md):
     # warmup's one-time setup runs in a background thread meanwhile (here: while torch
     # imports and the manifest loads). STARTUP_SETUP=0 leaves it to the warmup (B2's
@@ -137,7 +138,7 @@ def child(argv: list[str]) -> int:
 
         profiler = cProfile.Profile()
         profiler.enable()
-    t_w0 = time.perf_counter()
+    t_w0, wall_w0 = time.perf_counter(), time.time()
     report = warmkit.warmup(config, registry)
     t_warm = time.perf_counter()
     if profiler is not None:
@@ -166,9 +167,38 @@ def child(argv: list[str]) -> int:
         "triton_key_s": _union([(max(a, t_w0), min(b, t_warm)) for a, b in spans if b > t_w0]),
         "key_cache": _keycache.outcome(),
         "effective_target": report.target,
+        # (pid, start, end) of each key a worker compiled, seconds from the warmup's start
+        "worker_spans": [(pid, a - wall_w0, b - wall_w0) for pid, a, b in spans_w],
+        "worker_ready": [(r[0], *(t - wall_w0 for t in r[1:])) for r in _READY],
+        "process_start_s": wall0 - wall_w0,
     }
     print(MARK + json.dumps(out), flush=True)
     return 0 if report.ok else 1
+
+
+#: (pid, imports start, imports end, setup start, ready) of each worker, from its debug record
+_READY: list[tuple[Any, ...]] = []
+
+
+def _worker_spans() -> list[tuple[int, float, float]]:
+    """What the compile workers report (``warmkit._workers``' debug records), as they come."""
+    import logging
+
+    spans: list[tuple[int, float, float]] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            span = getattr(record, "warmkit_worker", None)
+            if span is not None:
+                spans.append(span)
+            ready = getattr(record, "warmkit_worker_ready", None)
+            if ready is not None:
+                _READY.append(ready)
+
+    log = logging.getLogger("warmkit._workers")
+    log.addHandler(Collect(logging.DEBUG))
+    log.setLevel(logging.DEBUG)
+    return spans
 
 
 def _union(spans: list[tuple[float, float]]) -> float:
@@ -361,6 +391,11 @@ def bench_workload(
             "goal_speedup": goal_speedup(n),
             "compiles": [x["compiles"] for x in b1[n]],
             "statuses": b1[n][0]["statuses"],
+            # per run: each key's time in the parent, and what each worker compiled when
+            "entry_s": [x["entry_s"] for x in b1[n]],
+            "worker_spans": [x["worker_spans"] for x in b1[n]],
+            "worker_ready": [x["worker_ready"] for x in b1[n]],
+            "process_start_s": [x["process_start_s"] for x in b1[n]],
         }
     # B2 breakdown, per run (jobs=1, so the keys' times add up): the first key carries the
     # process's one-time costs; planning and backend setup happen outside the keys

@@ -114,6 +114,20 @@ def _setup(target: str | None, backends: tuple[str, ...] | None) -> None:
         except Exception as exc:  # noqa: BLE001 -- warmup reports it per key, with its hint
             logger.debug("warmkit.prepare: backend %s not loaded: %s", name, exc)
             continue
+        # The workers' setup first: it runs in their processes while this one's runs here
+        # (waiting for this one would leave them idle for most of the engine's startup).
+        # Setting them up is an optimisation: a failure there is the workers' first
+        # compile's to report (or the thread fallback's), never this backend's keys.
+        from ._workers import prepare_workers
+
+        try:
+            prepare_workers(name, backend, target)
+        except Exception as exc:  # noqa: BLE001 -- named, never a failed key
+            logger.warning(
+                "warmkit.prepare: setting up the compile workers for backend %r failed: %s",
+                name,
+                exc,
+            )
         if not isinstance(backend, Prepares):
             continue
         try:
@@ -127,19 +141,6 @@ def _setup(target: str | None, backends: tuple[str, ...] | None) -> None:
             logger.debug("warmkit.prepare: backend %s setup failed: %s", name, exc)
             with _lock:
                 _failures[target, name] = exc
-            continue
-        # Setting the workers up is an optimisation: a failure there is the workers' first
-        # compile's to report (or the thread fallback's), never this backend's keys.
-        from ._workers import prepare_workers
-
-        try:
-            prepare_workers(name, backend, target)
-        except Exception as exc:  # noqa: BLE001 -- named, never a failed key
-            logger.warning(
-                "warmkit.prepare: setting up the compile workers for backend %r failed: %s",
-                name,
-                exc,
-            )
 
 
 def join(target: str | None = None) -> dict[str, BaseException]:

@@ -491,15 +491,26 @@ class _Run:
             from ._workers import worker_pool
 
             self._procs = worker_pool(backend, target, len(items), workers)
-        with scope if scope is not None else nullcontext():
-            self._compile(backend_name, backend, items, target, workers)
+        if self._procs is not None:
+            self._procs.queue_all(items, lambda kernel, key: self._loaded(kernel, key, target))
+        try:
+            with scope if scope is not None else nullcontext():
+                self._compile(backend_name, backend, items, target, workers)
+        finally:
+            if self._procs is not None:
+                self._procs.cancel_queued()
 
-    def _in_worker(self, kernel: Any, key: Any, target: str | None) -> str | None:
+    @staticmethod
+    def _loaded(kernel: Any, key: Any, target: str | None) -> bool:
+        return target is None and key in kernel.executors  # nothing for a worker to do
+
+    def _in_worker(self, item: tuple[Any, Any], target: str | None) -> str | None:
         """Compile ``key`` in a worker process first, if this group uses them (``_workers``)."""
         procs = self._procs
-        if procs is None or (target is None and key in kernel.executors):
+        kernel, key = item
+        if procs is None or self._loaded(kernel, key, target):
             return None
-        return procs.compile(kernel, key)
+        return procs.compile(kernel, key, item)
 
     def _compile(
         self,
@@ -514,7 +525,7 @@ class _Run:
             kernel, key = item
             name = type(kernel).name
             try:
-                in_worker = None if self._procs is None else self._in_worker(kernel, key, target)
+                in_worker = None if self._procs is None else self._in_worker(item, target)
                 # compiled, cached, waited (another process of this host) or fetched (store)
                 executor, status = self.fleet.compile(backend, kernel, key, target)
             except Exception as exc:  # noqa: BLE001 -- reported as this backend's keys' failure
@@ -579,12 +590,12 @@ class _Run:
 
         if workers <= 1 and self.config.compile_timeout is None:
             # In the calling thread: the backend's device state stays where the caller put it.
-            for n, (kernel, key) in enumerate(items):
+            for n, item in enumerate(items):
                 if self.aborted:
-                    skipped((kernel, key), _NOT_ATTEMPTED)
+                    skipped(item, _NOT_ATTEMPTED)
                     continue
                 try:
-                    finished((kernel, key), one((kernel, key)))
+                    finished(item, one(item))
                 except KeyboardInterrupt:
                     self.cancelled = True
                     for item in items[n:]:

@@ -31,6 +31,7 @@ import multiprocessing
 import os
 import pickle
 import threading
+import time
 from typing import Any, Protocol, runtime_checkable
 
 from . import _envs
@@ -71,12 +72,19 @@ class ProcessCompiles(_Capability, Protocol):
         ...
 
 
+#: In a worker: wall-clock times of its start (the initializer's imports), for the parent's log.
+_started: tuple[float, float] = (0.0, 0.0)
+
+
 def _initializer(modules: list[str]) -> None:
+    global _started
+    start = time.time()
     for name in modules:
         try:
             importlib.import_module(name)
         except Exception as exc:  # noqa: BLE001 -- the compile names what is missing
             logger.debug("compile worker: import %s failed: %s", name, exc)
+    _started = (start, time.time())
 
 
 _classes: dict[str, type] = {}
@@ -103,14 +111,18 @@ def _adopt(env: dict[str, str]) -> None:
         os.environ.update(env)
 
 
-def _prepare_in_worker(backend_name: str, target: str, env: dict[str, str]) -> tuple[int, bool]:
+def _prepare_in_worker(
+    backend_name: str, target: str, env: dict[str, str]
+) -> tuple[int, bool, tuple[float, float, float, float]]:
     """In the worker: the backend's one-time setup (``Prepares``, ``PrimesWorkers``) for its target.
 
     Returns:
-        ``(pid, whether the backend had a setup to run)``.
+        ``(pid, whether the backend had a setup to run, times)``: the
+        wall-clock start and end of the worker's imports, then of this setup.
     """
     from ._plugins import get_backend
 
+    start = time.time()
     _adopt(env)
     backend = get_backend(backend_name)
     ran = False
@@ -120,16 +132,23 @@ def _prepare_in_worker(backend_name: str, target: str, env: dict[str, str]) -> t
     if isinstance(backend, PrimesWorkers):
         backend.prime_worker(target)
         ran = True
-    return os.getpid(), ran
+    return os.getpid(), ran, (*_started, start, time.time())
 
 
-def _compile_in_worker(ref: str, key_blob: bytes, target: str, env: dict[str, str]) -> str:
-    """In the worker: compile one key for ``target``; returns ``compiled`` or ``cached``.
+def _compile_in_worker(
+    ref: str, key_blob: bytes, target: str, env: dict[str, str]
+) -> tuple[str, int, float, float]:
+    """In the worker: compile one key for ``target``.
 
     ``env`` is the parent's environment now (``_adopt``).
+
+    Returns:
+        ``(compiled or cached, the worker's pid, start, end)``: wall-clock
+        times, for the parent's debug log (which worker ran what, when).
     """
     from ._plugins import load_kernel
 
+    start = time.time()
     _adopt(env)
 
     cls = _classes.get(ref)
@@ -141,7 +160,7 @@ def _compile_in_worker(ref: str, key_blob: bytes, target: str, env: dict[str, st
     with target_scope(target):
         executor = cls().compile(key)
     hit = isinstance(executor, ReportsCacheHit) and executor.cache_hit is True
-    return "cached" if hit else "compiled"
+    return "cached" if hit else "compiled", os.getpid(), start, time.time()
 
 
 def _ping() -> int:
@@ -191,8 +210,9 @@ def start_workers(jobs: int | None = None, modules: list[str] | None = None) -> 
 def prepare_workers(backend_name: str, backend: Any, target: str | None) -> list[Any]:
     """Run the backend's one-time setup in the started workers, in the background; the tasks' futures.
 
-    ``warmkit.prepare()``'s setup thread calls it once the backend is set up
-    here: each worker then loads the plugin and primes what its first compile
+    ``warmkit.prepare()``'s setup thread calls it as soon as the backend is
+    loaded, before the backend's own setup here: each worker then loads the
+    plugin and primes what its first compile
     would pay for (Triton: ``triton_key()``, the specializer's imports, the
     ptxas probes of ``worker_target``), while the engine is still being built,
     not inside the warmup. One task per worker, best effort (a worker that
@@ -207,9 +227,27 @@ def prepare_workers(backend_name: str, backend: Any, target: str | None) -> list
     if wtarget is None:
         return []
     env = dict(os.environ)
-    return [
+    futures = [
         pool.schedule(_prepare_in_worker, args=(backend_name, wtarget, env)) for _ in range(size)
     ]
+    for future in futures:
+        future.add_done_callback(_log_ready)
+    return futures
+
+
+def _log_ready(future: Any) -> None:
+    try:
+        pid, _ran, (imports, imported, setup, ready) = future.result()
+    except Exception as exc:  # noqa: BLE001 -- the first compile reports a broken worker
+        logger.debug("compile worker setup failed: %s", exc)
+        return
+    logger.debug(
+        "compile worker %d ready: imports %.3f s, backend setup %.3f s",
+        pid,
+        imported - imports,
+        ready - setup,
+        extra={"warmkit_worker_ready": (pid, imports, imported, setup, ready)},
+    )
 
 
 def shutdown() -> None:
@@ -246,6 +284,7 @@ class _Workers:
         self._pool = pool
         self.target = target
         self._refs: dict[type, str] = {}
+        self._queued: dict[int, Any] = {}  # id of a group's item -> its future (queue_all)
 
     def submit(self, kernel: Any, key: Any) -> Any:
         from ._plugins import kernel_ref
@@ -257,17 +296,47 @@ class _Workers:
         args = (ref, pickle.dumps(key), self.target, dict(os.environ))
         return self._pool.schedule(_compile_in_worker, args=args)
 
-    def compile(self, kernel: Any, key: Any) -> str | None:
+    def queue_all(self, items: list[tuple[Any, Any]], skip: Any) -> None:
+        """Hand every ``(kernel, key)`` of a group to the pool now, in order, but those ``skip`` names.
+
+        A worker that finishes a key then takes the next one at once, instead of
+        waiting while this process loads the result and asks for another (with
+        8 workers, such waits piled up behind this process's GIL). What a warmup
+        does not take (it stopped early) is cancelled by :meth:`cancel_queued`.
+        """
+        for item in items:
+            if skip(*item):
+                continue
+            try:
+                self._queued[id(item)] = self.submit(*item)
+            except Exception as exc:  # noqa: BLE001 -- the rest are asked for one by one
+                logger.warning("compile workers did not take the queue (%s)", exc)
+                return
+
+    def cancel_queued(self) -> None:
+        """Cancel what :meth:`queue_all` queued and no warmup took (never a running compile)."""
+        queued, self._queued = self._queued, {}
+        for future in queued.values():
+            if not future.running():
+                future.cancel()
+
+    def compile(self, kernel: Any, key: Any, item: Any = None) -> str | None:
         """``compiled``/``cached`` when a worker compiled ``key``; None if the parent must compile it.
+
+        Args:
+            item: the group's ``(kernel, key)`` tuple that :meth:`queue_all`
+                queued, if it did; else the key is submitted now.
 
         Raises:
             WorkerDiedError: the worker process died on this key.
         """
-        try:
-            future = self.submit(kernel, key)
-        except Exception as exc:  # noqa: BLE001 -- a pool that cannot take work: compile here
-            logger.warning("compile workers unavailable (%s); compiling in-process", exc)
-            return None
+        future = self._queued.pop(id(item), None)
+        if future is None:
+            try:
+                future = self.submit(kernel, key)
+            except Exception as exc:  # noqa: BLE001 -- a pool that cannot take work: compile here
+                logger.warning("compile workers unavailable (%s); compiling in-process", exc)
+                return None
         return self.outcome(future, kernel, key)
 
     @staticmethod
@@ -280,9 +349,19 @@ class _Workers:
         from pebble import ProcessExpired
 
         try:
-            return future.result()
+            status, pid, start, end = future.result()
         except ProcessExpired as exc:
             raise WorkerDiedError(type(kernel).name, key, exc.exitcode, str(exc)) from exc
         except Exception as exc:  # noqa: BLE001 -- the parent's compile reports it
             logger.debug("compile worker: %s %r: %s; compiling in-process", kernel, key, exc)
             return None
+        logger.debug(
+            "compile worker %d: kernel %s key %r %s in %.3f s",
+            pid,
+            type(kernel).name,
+            key,
+            status,
+            end - start,
+            extra={"warmkit_worker": (pid, start, end)},
+        )
+        return status

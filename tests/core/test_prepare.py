@@ -173,3 +173,25 @@ def test_a_failure_setting_up_the_workers_is_a_warning_not_a_failed_key(caplog):
         and "no worker target here" in r.getMessage()
         for r in caplog.records
     )
+
+
+def test_the_workers_are_set_up_before_this_process_is(backend, monkeypatch):
+    """The workers' setup runs in their processes meanwhile: it must not wait for this one's."""
+    from warmkit import _workers
+
+    scheduled = []
+    monkeypatch.setattr(
+        _workers, "prepare_workers", lambda name, b, target: scheduled.append(name) or []
+    )
+    PreparingBackend.release = threading.Event()
+    warmkit.prepare(FAKE)
+    try:
+        deadline = time.monotonic() + 10
+        while not scheduled and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert scheduled == ["fake"]  # while this process's setup still waits for release
+        assert PreparingBackend.events == []
+    finally:
+        PreparingBackend.release.set()
+        warmkit._prepare.join()
+    assert [kind for kind, _ in PreparingBackend.events] == ["setup"]

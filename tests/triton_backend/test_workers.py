@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import pickle
 
 import pytest
 
@@ -98,8 +99,10 @@ def test_prepare_workers_runs_the_backends_setup_in_each_started_worker():
     futures = _workers.prepare_workers("triton", get_backend("triton"), TARGET)
     assert len(futures) == size
     done = [f.result(timeout=300) for f in futures]
-    assert all(ran for _pid, ran in done)  # Triton has a setup (warmkit_triton._setup)
-    assert os.getpid() not in {pid for pid, _ in done}  # it ran in the workers, not here
+    assert all(ran for _pid, ran, _times in done)  # Triton has a setup (warmkit_triton._setup)
+    assert os.getpid() not in {pid for pid, _, _ in done}  # it ran in the workers, not here
+    for _pid, _ran, (imports, imported, setup, ready) in done:  # what the debug log reports
+        assert imports <= imported <= setup <= ready
     # a backend that cannot compile in workers gets no task
     assert _workers.prepare_workers("fake", object(), TARGET) == []
 
@@ -119,3 +122,40 @@ def test_prime_worker_compiles_for_the_target_into_a_throwaway_cache(triton_cach
     assert compiles == [False]  # one real compile ...
     assert sorted(p.name for p in triton_cache.glob("*")) == before  # ... not in the real cache
     assert api.cache_dir() == str(triton_cache)  # and the cache directory is back
+
+
+class _Pool:
+    """pebble's ``schedule`` as a test seam: records what was asked, futures the test settles."""
+
+    def __init__(self):
+        self.asked, self.futures, self.answer = [], [], None
+
+    def schedule(self, fn, args):
+        from concurrent.futures import Future
+
+        self.asked.append(pickle.loads(args[1]))
+        future = Future()
+        if self.answer is not None:
+            future.set_result(self.answer)
+        self.futures.append(future)
+        return future
+
+
+def test_a_group_is_queued_in_order_and_what_no_warmup_took_is_cancelled():
+    pool = _Pool()
+    workers = _workers._Workers(pool, TARGET)
+    kernel = WorkerAdd()
+    items = [(kernel, WorkerAdd.CompileKey("float32", 4096, b)) for b in (32, 64, 128, 256)]
+    workers.queue_all(items, lambda k, key: key.block == 64)  # e.g. already loaded here
+    assert [key.block for key in pool.asked] == [32, 128, 256]  # all at once, before any result
+    first = pool.futures[0]
+    first.set_result(("compiled", 1, 0.0, 0.1))
+    assert workers.compile(kernel, items[0][1], items[0]) == "compiled"
+    assert len(pool.asked) == 3  # the queued future, not a second submission
+    pool.futures[1].set_running_or_notify_cancel()  # a worker took 128: it runs on
+    workers.cancel_queued()
+    assert not pool.futures[1].cancelled() and pool.futures[2].cancelled()
+    # after the queue: one by one again
+    pool.answer = ("cached", 1, 0.0, 0.1)
+    assert workers.compile(kernel, items[2][1], items[2]) == "cached"
+    assert len(pool.asked) == 4
