@@ -28,6 +28,11 @@ key": the same call timed right after a call of the previous key (another
 kernel's code where the order switches kernels), median of 3. A first launch
 costing what that costs is paying for cold CPU caches, not for anything a
 warmup left undone.
+
+``warmkit-launched`` (a default mode) launches every case once for real
+before the timing: its "first" is what no warmup can beat, since nothing is
+left to do for the first time. Where ``warmkit`` equals it, the gap to the
+steady state is the position in the order, not a first-launch cost.
 """
 
 from __future__ import annotations
@@ -110,22 +115,6 @@ def _vector_kernel() -> Any:
     return ScaleAdd
 
 
-def _probe_launch(device: Any) -> None:
-    """A real launch of a throwaway kernel (compiled here, before the timed launches)."""
-    import torch
-    import triton
-    import triton.language as tl
-
-    @triton.jit
-    def probe(x):
-        tl.store(x, tl.load(x) + 1)
-
-    buf = torch.zeros(1, device=device)
-    probe[(1,)](buf)
-    probe[(1,)](buf)
-    torch.cuda.synchronize()
-
-
 def _dry_run(calls: list[Any], kernels: list[Any]) -> None:
     """Each call once with every executor's CUfunction null: the driver rejects each launch."""
     executors = [e for k in kernels for e in k.executors.values()]
@@ -141,37 +130,6 @@ def _dry_run(calls: list[Any], kernels: list[Any]) -> None:
     finally:
         for e, f in zip(executors, saved):
             e._function = f
-
-
-def _driver_poke(kernels: list[Any], how: str) -> list[Any]:
-    """Touch each executor's CUfunction through libcuda (ctypes); returns (how, result, us)."""
-    import ctypes
-
-    import torch
-
-    cuda = ctypes.CDLL("libcuda.so.1")
-    stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
-    out = []
-    for k in kernels:
-        for e in k.executors.values():
-            f = ctypes.c_void_p(e._function)
-            state = ctypes.c_int(-1)
-            before = cuda.cuFuncIsLoaded(ctypes.byref(state), f), state.value
-            s = time.perf_counter()
-            if how == "funcload":
-                rc = cuda.cuFuncLoad(f)
-            elif how == "attr":
-                v = ctypes.c_int()
-                rc = [cuda.cuFuncGetAttribute(ctypes.byref(v), a, f) for a in (0, 1, 3, 4, 8)]
-            elif how == "badblock":  # block 2048 threads: CUDA_ERROR_INVALID_VALUE
-                rc = cuda.cuLaunchKernel(f, 1, 1, 1, 2048, 1, 1, 0, stream, None, None)
-            else:  # 1 GiB of dynamic shared memory
-                rc = cuda.cuLaunchKernel(f, 1, 1, 1, 32, 1, 1, 1 << 30, stream, None, None)
-            us = (time.perf_counter() - s) * 1e6
-            cuda.cuFuncIsLoaded(ctypes.byref(state), f)
-            out.append((how, before, rc, state.value, us))
-    torch.cuda.synchronize()
-    return out
 
 
 def child(mode: str, rotate: int, iters: int) -> int:
@@ -272,18 +230,12 @@ def child(mode: str, rotate: int, iters: int) -> int:
 
     cases = [(repr(key), launcher(key)) for key in keys]
     cases += [(label, vector_launcher(xs)) for label, xs in vectors]
-    if "-probe" in mode:  # diagnosis: one real launch of another kernel first (the process's first)
-        _probe_launch(device)
-    if "-dry" in mode:  # diagnosis: every case's whole path once, launches rejected by the driver
+    if mode == "warmkit-dry":  # every case's whole path once, each launch rejected by the driver
         _dry_run([call for _, call in cases], [kernel, vector])
-    if "-real" in mode:  # diagnosis (upper bound): every case once, for real
+    if mode == "warmkit-launched":  # the bound no warmup can beat: every case once, for real
         for _, call in cases:
             call()
         torch.cuda.synchronize()
-    driver_log: list[Any] = []
-    for how in ("funcload", "attr", "badblock", "badsmem"):
-        if f"-{how}" in mode:  # diagnosis: what the driver does for a function's first launch
-            driver_log += _driver_poke([kernel, vector], how)
     del events[:]
     rotate %= len(cases)
     order = cases[rotate:] + cases[:rotate]
@@ -315,8 +267,7 @@ def child(mode: str, rotate: int, iters: int) -> int:
             timed(order[i - 1][1])
             switch.append(timed(call)[1])
         out[i]["after_other_us"] = statistics.median(switch)
-    res = {"mode": mode, "warmup_s": warmup_s, "keys": out, "driver": driver_log}
-    print(MARK + json.dumps(res), flush=True)
+    print(MARK + json.dumps({"mode": mode, "warmup_s": warmup_s, "keys": out}), flush=True)
     return 0
 
 
@@ -333,10 +284,10 @@ def main() -> int:
     p.add_argument("--iters", type=int, default=200, help="steady-state launches per key")
     p.add_argument(
         "--modes",
-        default="warmkit,compile-only",
-        help="comma-separated: warmkit, compile-only, warmkit-eager (CUDA_MODULE_LOADING=EAGER); "
-        "diagnoses: warmkit-dry (each call's path once, launches rejected), warmkit-probe (one real "
-        "launch of another kernel first), warmkit-dry-probe",
+        default="warmkit,warmkit-launched,compile-only",
+        help="comma-separated: warmkit, compile-only, warmkit-eager (CUDA_MODULE_LOADING=EAGER), "
+        "warmkit-dry (each call's whole path once before the timing, launches rejected by the "
+        "driver), warmkit-launched (each call once for real before the timing: the bound)",
     )
     args = p.parse_args()
     if not _gpu():
@@ -369,8 +320,6 @@ def main() -> int:
             for k in res["keys"]:
                 samples_by_key.setdefault(k["key"], []).append(k)
             print(f"  run {r + 1}/{runs} {mode}: warmup {res['warmup_s']:.2f} s", flush=True)
-            if res.get("driver") and r == 0:
-                print(f"    driver: {res['driver']}", flush=True)
     results: dict[str, Any] = {"goal_ratio": GOAL, "runs": runs, "iters": iters, "modes": {}}
     rows = []
     for mode, keys in per.items():

@@ -70,7 +70,8 @@ if [ "${1:-}" = startup ] && [ "${2:-}" = b2 ]; then
     rm -rf "$KEEP"
 elif [ "${1:-}" = startup ]; then
     # ~65 fresh processes, each importing torch: it needs a device call of its own.
-    TAIL=45 step b1_b3_startup 570 python3 benchmarks/startup.py --jobs "${JOBS:-1,2,4,8}" \
+    # STARTUP_PREPARE=1: each child's warmkit.prepare() starts its jobs' workers, as an engine's does
+    TAIL=45 step b1_b3_startup 570 env STARTUP_PREPARE=1 python3 benchmarks/startup.py --jobs "${JOBS:-1,2,4,8}" \
         --runs 5 --warm-runs 3 --no-contrast --out "$RES/b1_b3.json"
 elif [ "${1:-}" = perf ]; then
     # B1: jobs=1 vs 8 on the 32 synthetic keys, threads, then worker processes started with
@@ -126,7 +127,7 @@ sys.exit('redis-server did not start')" || exit 1
     step multigpu_test 150 python3 -m pytest -q -p no:cacheprovider -rs \
         tests/blocktable/test_serve_ranks.py -k two_gpus
 else
-    TAIL=30 step b4_first_launch 200 python3 benchmarks/first_launch.py --runs 5 --out "$RES/b4.json"
+    TAIL=30 step b4_first_launch 300 python3 benchmarks/first_launch.py --runs 5 --out "$RES/b4.json"
     step b5_launch 60 python3 benchmarks/launch_overhead.py --out "$RES/b5.json"
     step b8_demo 60 python3 examples/serve.py --steps 1000 --json "$RES/b8.json"
     step gpu_tests 240 python3 -m pytest -q -p no:cacheprovider -rs \

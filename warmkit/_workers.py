@@ -16,8 +16,10 @@ reports the key).
   with the exit code in its error; the pool replaces the worker (``pebble``).
   A worker that raises is no failure by itself: the parent compiles the key
   in-process and reports what that does.
-* Processes are used when they pay: a started pool, or ``jobs >= 4`` and at
-  least two keys per job. Two keys on two cores stay on threads.
+* Processes are used when they pay: ``jobs >= 4`` and at least two keys per
+  job. Two keys on two cores stay on threads, and so do a few keys behind a
+  started pool: its workers may still be importing torch (the demo's 4 keys
+  waited 4 s for 16 of them on the H200 host).
   ``WARMKIT_COMPILE_PROCESSES`` = ``auto`` (default), ``on`` or ``off``.
 """
 
@@ -268,7 +270,7 @@ def worker_pool(backend: Any, target: str | None, keys: int, jobs: int) -> _Work
     worker_target = backend.worker_target(target)
     if worker_target is None:
         return None
-    if mode == "auto" and _pool is None and (jobs < MIN_JOBS or keys < MIN_KEYS_PER_JOB * jobs):
+    if mode == "auto" and (jobs < MIN_JOBS or keys < MIN_KEYS_PER_JOB * jobs):
         return None
     if importlib.util.find_spec("pebble") is None:
         logger.warning("compile worker processes need pebble (pip install pebble); using threads")
