@@ -139,11 +139,13 @@ def main(argv: list[str] | None = None) -> int:
         print("'0 runtime compiles' here says nothing about a GPU. Run on a GPU for that.")
     print("=" * 78)
 
-    # 0. Start warmup's one-time setup (plugin loading, Triton's setup, worker processes) in
-    #    the background: it overlaps with building the engine (docs/performance.md).
+    # 0. Start warmup's one-time setup (plugin loading, Triton's setup) in the background: it
+    #    overlaps with building the engine (docs/performance.md). jobs=1: no worker processes,
+    #    which pay for dozens of keys, not this engine's 4 (on the H200 host, 16 workers
+    #    importing torch during this short startup made its warmup 3.0 s instead of 0.7 s).
     config = warmup_config(engine, target)
     if not args.no_warmup:
-        warmkit.prepare(config)
+        warmkit.prepare(config, jobs=1)
 
     # 1. Build the engine's objects under a registry: they register what they will launch.
     registry = warmkit.WarmupRegistry()

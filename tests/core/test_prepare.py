@@ -54,12 +54,15 @@ def registry(*kernels) -> WarmupRegistry:
     return reg
 
 
-def test_the_setup_runs_in_a_background_thread_and_warmup_waits_for_it(backend):
+def test_the_setup_runs_in_a_background_thread_and_warmup_waits_for_it(backend, caplog):
     PreparingBackend.release = threading.Event()
     assert warmkit.prepare(FAKE) == 0  # jobs=1: no worker processes
     threading.Timer(0.3, PreparingBackend.release.set).start()
     t0 = time.perf_counter()
-    report = warmkit.warmup(WarmupConfig(progress="off"), registry(ScaleKernel))
+    with caplog.at_level("INFO", logger="warmkit._warmup"):
+        report = warmkit.warmup(WarmupConfig(progress="off"), registry(ScaleKernel))
+    waits = [r.getMessage() for r in caplog.records if "for the setup" in r.getMessage()]
+    assert len(waits) == 1 and float(waits[0].split("waited ")[1].split(" s")[0]) >= 0.25
     assert time.perf_counter() - t0 >= 0.3
     assert report.seconds >= 0.3  # the wait is the warmup's, not hidden
     assert [e.status for e in report.entries] == ["compiled", "compiled"]
