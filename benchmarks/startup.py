@@ -81,7 +81,7 @@ def child(argv: list[str]) -> int:
     p.add_argument("--jobs", type=int, default=1)
     a = p.parse_args(argv)
     t0, wall0 = time.perf_counter(), time.time()
-    spans_w = _worker_spans()  # before prepare(): the workers report their start from then on
+    spans_w, ready_w = _worker_records()  # before prepare(): workers report their start from then
     # An engine calls warmkit.prepare() first, before building itself (docs/performance.md):
     # warmup's one-time setup runs in a background thread meanwhile (here: while torch
     # imports and the manifest loads). STARTUP_SETUP=0 leaves it to the warmup (B2's
@@ -169,22 +169,24 @@ def child(argv: list[str]) -> int:
         "effective_target": report.target,
         # (pid, start, end) of each key a worker compiled, seconds from the warmup's start
         "worker_spans": [(pid, a - wall_w0, b - wall_w0) for pid, a, b in spans_w],
-        "worker_ready": [(r[0], *(t - wall_w0 for t in r[1:])) for r in _READY],
+        "worker_ready": [(r[0], *(t - wall_w0 for t in r[1:])) for r in ready_w],
         "process_start_s": wall0 - wall_w0,
     }
     print(MARK + json.dumps(out), flush=True)
     return 0 if report.ok else 1
 
 
-#: (pid, imports start, imports end, setup start, ready) of each worker, from its debug record
-_READY: list[tuple[Any, ...]] = []
+def _worker_records() -> tuple[list[tuple[int, float, float]], list[tuple[Any, ...]]]:
+    """What the compile workers report (``warmkit._workers``' debug records), as they come.
 
-
-def _worker_spans() -> list[tuple[int, float, float]]:
-    """What the compile workers report (``warmkit._workers``' debug records), as they come."""
+    Returns:
+        ``(spans, ready)``: (pid, start, end) of each key a worker compiled, and
+        (pid, imports start, imports end, setup start, ready) of each worker.
+    """
     import logging
 
     spans: list[tuple[int, float, float]] = []
+    ready_at: list[tuple[Any, ...]] = []
 
     class Collect(logging.Handler):
         def emit(self, record: logging.LogRecord) -> None:
@@ -193,12 +195,12 @@ def _worker_spans() -> list[tuple[int, float, float]]:
                 spans.append(span)
             ready = getattr(record, "warmkit_worker_ready", None)
             if ready is not None:
-                _READY.append(ready)
+                ready_at.append(ready)
 
     log = logging.getLogger("warmkit._workers")
     log.addHandler(Collect(logging.DEBUG))
     log.setLevel(logging.DEBUG)
-    return spans
+    return spans, ready_at
 
 
 def _union(spans: list[tuple[float, float]]) -> float:

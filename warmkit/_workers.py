@@ -302,9 +302,9 @@ class _Workers:
         """Hand every ``(kernel, key)`` of a group to the pool now, in order, but those ``skip`` names.
 
         A worker that finishes a key then takes the next one at once, instead of
-        waiting while this process loads the result and asks for another (with
-        8 workers, such waits piled up behind this process's GIL). What a warmup
-        does not take (it stopped early) is cancelled by :meth:`cancel_queued`.
+        waiting while this process loads the result and asks for another. What
+        a warmup does not take (it stopped early) is cancelled by
+        :meth:`cancel_queued`.
         """
         for item in items:
             if skip(*item):
@@ -316,7 +316,13 @@ class _Workers:
                 return
 
     def cancel_queued(self) -> None:
-        """Cancel what :meth:`queue_all` queued and no warmup took (never a running compile)."""
+        """Cancel what :meth:`queue_all` queued and no warmup took.
+
+        A compile already running is left to finish. One that a worker takes in
+        the instant between the check and the cancel is stopped with its worker
+        (pebble's cancel), which the pool replaces: a half-written cache entry
+        is never used (Triton writes an entry's index file last, by rename).
+        """
         queued, self._queued = self._queued, {}
         for future in queued.values():
             if not future.running():
@@ -332,7 +338,7 @@ class _Workers:
         Raises:
             WorkerDiedError: the worker process died on this key.
         """
-        future = self._queued.pop(id(item), None)
+        future = self._queued.pop(id(item), None) if item is not None else None
         if future is None:
             try:
                 future = self.submit(kernel, key)
