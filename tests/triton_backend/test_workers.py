@@ -47,8 +47,23 @@ def _warmup(reg, **kw):
 
 def test_processes_compile_into_the_shared_cache_and_the_parent_hits(pids, monkeypatch):
     monkeypatch.setenv("WARMKIT_COMPILE_PROCESSES", "on")
+    calls = []
+    queue_all, cancel_queued = _workers._Workers.queue_all, _workers._Workers.cancel_queued
+    monkeypatch.setattr(
+        _workers._Workers,
+        "queue_all",
+        lambda self, items, skip: (
+            calls.append(("queue", len(items))) or queue_all(self, items, skip)
+        ),
+    )
+    monkeypatch.setattr(
+        _workers._Workers,
+        "cancel_queued",
+        lambda self: calls.append(("cancel", len(self._queued))) or cancel_queued(self),
+    )
     report = _warmup(_registry([32, 64, 128, 256]), jobs=2)
     assert [e.status for e in report.entries] == ["compiled"] * 4, report.table()
+    assert calls == [("queue", 4), ("cancel", 0)]  # the group queued at once; all of it taken
     workers = _read(pids) - {os.getpid()}
     assert workers, "no key was compiled in a worker process"
     # the parent's own compile of each key found the worker's entry: a second process-free
