@@ -886,3 +886,36 @@ def test_a_long_compiler_log_is_cut_to_its_first_and_last_lines():
     out = _describe(RuntimeError(f"ptxas failed\n{log}"))
     assert out.startswith("RuntimeError: ptxas failed | line 0") and "line 5599" in out
     assert "more lines; run with -v" in out and len(out) < 300
+
+
+class _Tuned:
+    def __init__(self, tuning, complete):
+        self.tuning = tuning
+        if complete:  # the rest of warmkit.ReportsTuning
+            self.tuning_key, self.autotune_seconds = None, 0.0
+
+
+class TuningKernel(warmkit.JitKernel["TuningKernel.CompileKey"]):
+    """Its executor says how it was tuned: all of ReportsTuning for even n, ``tuning`` alone else."""
+
+    name = "tests.TuningKernel"
+
+    @attrs.frozen
+    class CompileKey:
+        n: int
+
+    def dispatch(self, *, n):
+        return self.CompileKey(n)
+
+    def compile(self, key):
+        return _Tuned("benchmarked" if key.n < 4 else 3, complete=key.n % 2 == 0)
+
+
+def test_a_report_takes_tuning_only_from_an_executor_that_reports_it():
+    TuningKernel.clear_executors()
+    reg = warmkit.WarmupRegistry()
+    reg.add(TuningKernel, n=[1, 2, 4])
+    report = warmkit.warmup(WarmupConfig(progress="off", monitor="off"), reg)
+    by_n = {e.key.n: e.tuning for e in report.entries}
+    # n=1 has no tuning_key/autotune_seconds (not a ReportsTuning); n=4's tuning is no str
+    assert by_n == {1: None, 2: "benchmarked", 4: None}
