@@ -895,17 +895,10 @@ class _Tuned:
             self.tuning_key, self.autotune_seconds = None, 0.0
 
 
-class TuningKernel(warmkit.JitKernel["TuningKernel.CompileKey"]):
+class TuningKernel(PyKernel):
     """Its executor says how it was tuned: all of ReportsTuning for even n, ``tuning`` alone else."""
 
     name = "tests.TuningKernel"
-
-    @attrs.frozen
-    class CompileKey:
-        n: int
-
-    def dispatch(self, *, n):
-        return self.CompileKey(n)
 
     def compile(self, key):
         return _Tuned("benchmarked" if key.n < 4 else 3, complete=key.n % 2 == 0)
