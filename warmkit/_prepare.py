@@ -65,8 +65,10 @@ def prepare(
     Worker processes start when they would pay (``jobs``: default
     ``WARMKIT_JOBS``, else the number of CPUs): ``jobs >= 4`` with
     ``WARMKIT_COMPILE_PROCESSES=auto``, ``jobs >= 2`` with ``on``, never with
-    ``off``; a later warmup then uses them (``docs/performance.md``). Otherwise
-    only the setup runs.
+    ``off``; a later warmup uses them for a backend group of at least 2 keys
+    per job (``auto``; always with ``on``), and compiles a few keys on
+    threads (``docs/performance.md``). Otherwise only the setup runs: an
+    engine that knows it has few keys passes ``jobs=1``.
     """
     if config is None or isinstance(config, int):
         enabled = _envs.get("WARMKIT_ENABLED")
