@@ -508,12 +508,10 @@ class _Run:
         return target is None and key in kernel.executors  # nothing for a worker to do
 
     def _in_worker(self, item: tuple[Any, Any], target: str | None) -> str | None:
-        """Compile ``key`` in a worker process first, if this group uses them (``_workers``)."""
-        procs = self._procs
-        kernel, key = item
-        if procs is None or self._loaded(kernel, key, target):
+        """Compile the key in a worker process first (this group uses them: ``_workers``)."""
+        if self._loaded(*item, target):
             return None
-        return procs.compile(kernel, key, item)
+        return self._procs.compile(item)
 
     def _compile(
         self,

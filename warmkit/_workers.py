@@ -328,17 +328,18 @@ class _Workers:
             if not future.running():
                 future.cancel()
 
-    def compile(self, kernel: Any, key: Any, item: Any = None) -> str | None:
-        """``compiled``/``cached`` when a worker compiled ``key``; None if the parent must compile it.
+    def compile(self, item: tuple[Any, Any]) -> str | None:
+        """``compiled``/``cached`` when a worker compiled the key; None if the parent must compile it.
 
         Args:
-            item: the group's ``(kernel, key)`` tuple that :meth:`queue_all`
-                queued, if it did; else the key is submitted now.
+            item: a group's ``(kernel, key)``: what :meth:`queue_all` queued
+                for it, else submitted now.
 
         Raises:
             WorkerDiedError: the worker process died on this key.
         """
-        future = self._queued.pop(id(item), None) if item is not None else None
+        kernel, key = item
+        future = self._queued.pop(id(item), None)
         if future is None:
             try:
                 future = self.submit(kernel, key)

@@ -166,12 +166,12 @@ def test_a_group_is_queued_in_order_and_what_no_warmup_took_is_cancelled():
     assert [key.block for key in pool.asked] == [32, 128, 256]  # all at once, before any result
     first = pool.futures[0]
     first.set_result(("compiled", 1, 0.0, 0.1))
-    assert workers.compile(kernel, items[0][1], items[0]) == "compiled"
+    assert workers.compile(items[0]) == "compiled"
     assert len(pool.asked) == 3  # the queued future, not a second submission
     pool.futures[1].set_running_or_notify_cancel()  # a worker took 128: it runs on
     workers.cancel_queued()
     assert not pool.futures[1].cancelled() and pool.futures[2].cancelled()
     # after the queue: one by one again
     pool.answer = ("cached", 1, 0.0, 0.1)
-    assert workers.compile(kernel, items[2][1], items[2]) == "cached"
+    assert workers.compile(items[2]) == "cached"
     assert len(pool.asked) == 4
