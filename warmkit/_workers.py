@@ -312,7 +312,13 @@ class _Workers:
             try:
                 self._queued[id(item)] = self.submit(*item)
             except Exception as exc:  # noqa: BLE001 -- the rest are asked for one by one
-                logger.warning("compile workers did not take the queue (%s)", exc)
+                logger.warning(
+                    "compile workers did not take kernel %s key %r (%s); this group's keys from "
+                    "it on are handed to them one at a time",
+                    type(item[0]).name,
+                    item[1],
+                    exc,
+                )
                 return
 
     def cancel_queued(self) -> None:

@@ -175,3 +175,23 @@ def test_a_group_is_queued_in_order_and_what_no_warmup_took_is_cancelled():
     pool.answer = ("cached", 1, 0.0, 0.1)
     assert workers.compile(items[2]) == "cached"
     assert len(pool.asked) == 4
+
+
+def test_a_pool_that_refuses_the_queue_is_a_warning_naming_the_key_and_nothing_is_lost(caplog):
+    class Refusing(_Pool):
+        def schedule(self, fn, args):
+            if len(self.asked) == 1:
+                self.asked.append(None)
+                raise RuntimeError("pool is closing")
+            return super().schedule(fn, args)
+
+    pool = Refusing()
+    workers = _workers._Workers(pool, TARGET)
+    kernel = WorkerAdd()
+    items = [(kernel, WorkerAdd.CompileKey("float32", 4096, b)) for b in (32, 64, 128)]
+    with caplog.at_level("WARNING", logger="warmkit._workers"):
+        workers.queue_all(items, lambda k, key: False)
+    (message,) = [r.getMessage() for r in caplog.records]
+    assert "tests.WorkerAdd" in message and "block=64" in message and "pool is closing" in message
+    pool.answer = ("compiled", 1, 0.0, 0.1)
+    assert [workers.compile(item) for item in items[1:]] == ["compiled", "compiled"]  # asked now
