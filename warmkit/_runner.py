@@ -1,30 +1,22 @@
 """The compile runner: parallel, cancellable on SIGINT, each compile bounded by a timeout.
 
-``run(items, fn, ...)`` calls ``fn(item)`` for every item, on the calling
-thread and up to ``workers - 1`` daemon threads, and reports each outcome to
-callbacks, in completion order.
+``run(items, fn, ...)`` calls ``fn(item)`` for every item on ``workers`` daemon
+threads and reports each outcome to callbacks, in completion order.
 
 Why not ``concurrent.futures.ThreadPoolExecutor``: its worker threads are
 joined when the interpreter exits, so one compile that never returns would
 keep the process from exiting, and on Ctrl-C its ``with`` block goes on
-starting every queued compile before it lets go. And handing every item to
-another thread costs ~5 us an item (cheap items, cache hits, are most of a
-warm restart). Here:
+starting every queued compile before it lets go. Here:
 
-* **No timeout**: the calling thread runs items itself; a watcher thread
-  starts another worker each time every running item has run
-  ``SPILL_SECONDS``. Cheap items never leave the calling thread.
 * **Ctrl-C** (``KeyboardInterrupt`` in the calling thread): no queued item
   starts any more; every item not finished is reported ``on_unrun(item,
-  CANCELLED)`` at once, and the ``KeyboardInterrupt`` propagates. The
-  calling thread's own item is interrupted where it was; compiles running in
-  other threads are abandoned: they run on until they return (a thread
-  cannot be killed), their results are dropped, and, the threads being
-  daemons, they never delay the process's exit. (A backend's own compile
-  pool may still wait for them when its scope closes: the Triton backend's
-  does, so a warmup exits when the running compiles end.)
-* **Timeout**: every item runs on a thread of its own, the calling thread
-  watching; an item running longer than ``timeout`` seconds is reported
+  CANCELLED)`` at once, and the ``KeyboardInterrupt`` propagates. Compiles
+  already running are abandoned: they run on in their threads until they
+  return (a thread cannot be killed), their results are dropped, and, the
+  threads being daemons, they never delay the process's exit. (A backend's
+  own compile pool may still wait for them when its scope closes: the Triton
+  backend's does, so a warmup exits when the running compiles end.)
+* **Timeout**: an item running longer than ``timeout`` seconds is reported
   ``on_timeout(item, seconds)`` and abandoned the same way; a fresh worker
   replaces its thread, so the other items keep their parallelism. With worker
   *processes* (not threads) an abandoned compile could be killed instead.
@@ -65,21 +57,20 @@ def run(
 ) -> None:
     """Run ``fn`` over ``items``; every item ends in exactly one callback.
 
-    Up to ``workers`` items run at once, but a worker starts another item
-    only while every item running has run ``SPILL_SECONDS`` or more: slow
-    work overlaps (a second compile starts ~2 ms after the first), cheap work
+    Up to ``workers`` items run at once, but a thread starts another item only
+    while every item running has run ``SPILL_SECONDS`` or more: slow work
+    overlaps (a second compile starts ~2 ms after the first), cheap work
     (cache hits) runs one item at a time, without the threads fighting over
-    the GIL. Threads are started the same way, each once the running items
-    have all run ``SPILL_SECONDS``: with no timeout, the calling thread is the
-    first worker; with one, a thread is. The callbacks run one at a time
-    (under one lock), in the thread that finished the item, or in the
-    calling thread for timeouts and Ctrl-C.
+    the GIL. Threads are started the same way: one at first, another each
+    time the running items have all run ``SPILL_SECONDS``. The callbacks run one at a time (under one lock), in the worker
+    thread that finished the item, or in the calling thread for timeouts and
+    Ctrl-C.
 
     Args:
         items: what to run.
-        fn: called once per item in a worker (the calling thread or another),
-            in a copy of the caller's context; it should not raise (an
-            exception is re-raised here, and no further item starts).
+        fn: called once per item in a worker thread, in a copy of the caller's
+            context; it should not raise (an exception is re-raised here, and
+            no further item starts).
         workers: at most this many items run at once.
         timeout: seconds one item may run; None = unbounded.
         on_done: its result; return True to stop starting further items (each
@@ -138,101 +129,66 @@ def run(
             cond.wait(SPILL_SECONDS)
         return None
 
-    def settle(i: int, result: Any, ok: bool, here: bool) -> int | None:
-        """Holding the lock: item ``i``'s callback, then this worker's next item (None: exit)."""
-        running.pop(i, None)
-        if i in abandoned or state["closed"]:
-            return None  # timed out (a replacement runs) or cancelled: dropped
-        if ok:
-            try:
-                if on_done(items[i], result):
-                    drain(NOT_ATTEMPTED)
-            except KeyboardInterrupt:
-                if here:
-                    raise  # Ctrl-C in the calling thread's callback: the run is cancelled
-                result, ok = KeyboardInterrupt(), False
-            except BaseException as exc:  # noqa: BLE001 -- handed to the calling thread
-                result, ok = exc, False
-        # after the callback: a Ctrl-C inside it leaves the item unreported, so it is
-        # reported cancelled, never lost
-        report(i)
-        if not ok:
-            state["error"] = result
-            close()
-            return None
-        return take()
-
-    def work(here: bool) -> None:
+    def worker() -> None:
         with lock:
             i = take()
         while i is not None:
             try:
                 result, ok = ctx.copy().run(fn, items[i]), True
-            except KeyboardInterrupt:
-                if here:
-                    raise  # Ctrl-C during this thread's own item: cancel the run
-                result, ok = KeyboardInterrupt(), False
             except BaseException as exc:  # noqa: BLE001 -- handed to the calling thread
                 result, ok = exc, False
             with lock:  # one hold: this item's callback, then the next item
-                i = settle(i, result, ok, here)
+                running.pop(i, None)
+                if i in abandoned or state["closed"]:
+                    return  # timed out (a replacement runs) or cancelled: dropped
+                report(i)
+                if not ok:
+                    state["error"] = result
+                    close()
+                    return
+                try:
+                    if on_done(items[i], result):
+                        drain(NOT_ATTEMPTED)
+                except BaseException as exc:  # noqa: BLE001 -- handed to the calling thread
+                    state["error"] = exc
+                    close()
+                    return
+                i = take()
 
     def start() -> None:
-        threading.Thread(target=work, args=(False,), name="warmkit-compile", daemon=True).start()
+        threading.Thread(target=worker, name="warmkit-compile", daemon=True).start()
 
-    # Threads to start when the running items are slow (all have run SPILL_SECONDS):
-    # cheap items never pay for a second thread's wake-ups.
-    idle = [min(workers, len(items)) - 1]
-
-    def spill() -> bool:
-        """Start another thread if every running item has run SPILL_SECONDS (True: started)."""
-        now = time.monotonic()
-        # read without the lock, so cheap items never wait for this thread; the lock only
-        # to start a thread (a concurrent change of `running`, possible without a GIL,
-        # only postpones the check to the next poll)
-        try:  # when the newest running item started (none running: now)
-            newest = max(running.values(), default=now)
-        except RuntimeError:  # dictionary changed size during iteration
-            newest = now
-        if now - newest < SPILL_SECONDS:
-            return False
-        with lock:
-            if state["closed"] or jobs.empty():
-                return False
-            idle[0] -= 1
-            start()
-            return True
-
-    def supervise() -> None:  # a thread of its own while the calling thread runs items
-        while idle[0] and not finished.wait(SPILL_SECONDS):
-            spill()
-
+    # One thread to start with; each other starts only once the running items are slow
+    # (all have run SPILL_SECONDS): cheap items never pay for a second thread's wake-ups.
+    idle = min(workers, len(items)) - 1  # threads not started yet
+    start()
     try:
-        if timeout is None:
-            # The calling thread runs items itself (no thread at all for cheap ones, ~5 us an
-            # item less than handing each to another thread); a watcher starts the others.
-            if idle[0]:
-                threading.Thread(target=supervise, name="warmkit-spill", daemon=True).start()
-            work(True)
-            while not finished.wait(_POLL):
-                pass
-        else:
-            # Every item on a thread of its own, so that one past its timeout can be abandoned.
-            start()
-            while not finished.wait(SPILL_SECONDS if idle[0] else _POLL):
-                if idle[0]:
-                    spill()
-                now = time.monotonic()
+        while not finished.wait(SPILL_SECONDS if idle else _POLL):
+            now = time.monotonic()
+            # read without the lock, so cheap items never wait for this thread; the lock only
+            # to start a thread (a concurrent change of `running`, possible without a GIL,
+            # only postpones the check to the next poll)
+            try:  # when the newest running item started (none running: now)
+                newest = max(running.values(), default=now) if idle else now
+            except RuntimeError:  # dictionary changed size during iteration
+                newest = now
+            if idle and now - newest >= SPILL_SECONDS:
                 with lock:
-                    late = [(j, now - t0) for j, t0 in running.items() if now - t0 > timeout]
-                    for j, secs in late:
-                        if state["closed"]:
-                            break
-                        abandoned.add(j)
-                        del running[j]
-                        on_timeout(items[j], secs)
-                        report(j)
-                        start()  # the abandoned thread's replacement
+                    if not state["closed"] and not jobs.empty():
+                        idle -= 1
+                        start()
+            if timeout is None:
+                continue
+            with lock:
+                late = [(j, now - t0) for j, t0 in running.items() if now - t0 > timeout]
+                for j, secs in late:
+                    if state["closed"]:
+                        break
+                    abandoned.add(j)
+                    del running[j]
+                    on_timeout(items[j], secs)
+                    report(j)
+                    start()  # the abandoned thread's replacement
     except KeyboardInterrupt:
         with lock:
             close()
@@ -242,8 +198,8 @@ def run(
                     on_unrun(items[i], CANCELLED)  # running now: abandoned
                     report(i)
         raise
-    # `finished` is set by the last report(), after that item's callback ran, but a thread's
-    # error is recorded under the lock: take it, so every callback has run and its error is seen.
+    # `finished` is set by the last report(), before that item's callback has run (under
+    # the lock): take the lock, so every callback has run and its error is seen here.
     with lock:
         error = state["error"]
     if error is not None:

@@ -589,8 +589,20 @@ class _Run:
                 ),
             )
 
-        # Without a timeout the calling thread runs keys itself (with jobs=1, all of them:
-        # the backend's device state stays where the caller put it); see _runner.run.
+        if workers <= 1 and self.config.compile_timeout is None:
+            # In the calling thread: the backend's device state stays where the caller put it.
+            for n, item in enumerate(items):
+                if self.aborted:
+                    skipped(item, _NOT_ATTEMPTED)
+                    continue
+                try:
+                    finished(item, one(item))
+                except KeyboardInterrupt:
+                    self.cancelled = True
+                    for item in items[n:]:
+                        skipped(item, CANCELLED)
+                    raise
+            return
         try:
             run(
                 items,
