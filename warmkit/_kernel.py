@@ -22,7 +22,7 @@ import textwrap
 import threading
 import time
 import types
-from collections.abc import Callable, Hashable, Iterable, Mapping
+from collections.abc import Callable, Collection, Hashable, Iterable, Mapping
 from typing import Any, ClassVar, Generic, TypeVar
 
 from . import _envs, _memo, monitor
@@ -133,7 +133,7 @@ class JitKernel(Generic[K]):
             ValueError: a name given twice, or more points than ``max_points``.
         """
         cls = self._concrete()
-        return expand(  # type: ignore[return-value]
+        keys = expand(
             cls.name,
             _memo.raw_dispatch(cls).__get__(self),  # planning must not fill the runtime memo
             cls._warmkit_dispatch_info,
@@ -142,13 +142,15 @@ class JitKernel(Generic[K]):
             space,
             self.max_points or _envs.get("WARMKIT_MAX_POINTS"),
         )
+        return list(keys)  # type: ignore[arg-type]
 
     @classmethod
-    def _warmkit_planner(cls) -> Callable[[Any, Any, Mapping[str, Any]], list[K]]:
+    def _warmkit_planner(cls) -> Callable[[Any, Any, Mapping[str, Any]], Collection[K]]:
         """``(instance, zip_groups, space) -> get_warmup_keys(*zip_groups, **space)``, for planning.
 
         Without an override of ``get_warmup_keys``, it calls ``expand`` directly,
-        with the budget read once (a recording plans one registration per key).
+        with the budget read once (a recording plans one registration per key),
+        and returns its dict of keys.
         """
         if cls.get_warmup_keys is not JitKernel.get_warmup_keys:
             return lambda inst, zip_groups, space: inst.get_warmup_keys(*zip_groups, **space)
@@ -156,7 +158,7 @@ class JitKernel(Generic[K]):
         raw, info = _memo.raw_dispatch(cls), cls._warmkit_dispatch_info
         default: list[int] = []  # WARMKIT_MAX_POINTS, read on first need (as get_warmup_keys does)
 
-        def plan(inst: Any, zip_groups: Any, space: Mapping[str, Any]) -> list[K]:
+        def plan(inst: Any, zip_groups: Any, space: Mapping[str, Any]) -> Collection[K]:
             budget = inst.max_points
             if not budget:
                 if not default:
@@ -340,8 +342,12 @@ class JitKernel(Generic[K]):
         if pending is not mine:
             return pending.wait(), True
         try:
-            # monitor.compile_scope(target), as a context copy (its sets outlive nothing)
-            executor = contextvars.copy_context().run(monitor._in_scope, target, self.compile, key)
+            if monitor._managed.get() and monitor._target_var.get() == target:
+                executor = self.compile(key)  # in warmup's scope already (one per group)
+            else:  # monitor.compile_scope(target), as a context copy (its sets outlive nothing)
+                executor = contextvars.copy_context().run(
+                    monitor._in_scope, target, self.compile, key
+                )
             if executor is None:
                 where = f"target {target!r}, runtime context {runtime_context!r}"
                 raise RuntimeError(

@@ -234,13 +234,13 @@ class WarmupRegistry:
                     f"{dict(reg.space)!r}"
                 )
                 raise
+            # expand's dict keeps each key's hash: merged into this one, no key is hashed again
+            ordered = keys if type(keys) is dict else dict.fromkeys(keys)
             found = out.get(reg.kernel)
             if found is None:
-                found = out[reg.kernel] = (inst, {})
-            if len(keys) == 1:  # a point (a recording has one per key): no dict for one key
-                found[1][keys[0]] = None
+                out[reg.kernel] = (inst, ordered)
             else:
-                found[1].update(dict.fromkeys(keys))
+                found[1].update(ordered)
         return {name: (inst, list(keys)) for name, (inst, keys) in out.items()}
 
     # -- manifest ------------------------------------------------------------------

@@ -287,8 +287,11 @@ def expand(
     where: Callable[..., Any] | None,
     space: Mapping[str, Any],
     max_points: int,
-) -> list[Hashable]:
+) -> dict[Hashable, None]:
     """Run ``dispatch`` over every point of a space; return the unique keys in first-seen order.
+
+    The keys are a dict's (values None): planning merges them into its own
+    without hashing each key again.
 
     Axis order: one per zip group in positional order, then one per keyword
     in insertion order; the last axis varies fastest.
@@ -357,7 +360,7 @@ def expand(
         if pred is not None and not pred(**{a: kwargs.get(a, d) for a, d in pred_args}):
             continue
         _add_key(keys, kernel_name, dispatch, key_type, kwargs)
-    return list(keys)
+    return keys
 
 
 #: Values ``axis_values`` turns into one alternative (itself): a space of only these is one point.
@@ -406,7 +409,7 @@ def _one_point(
     max_points: int,
     *,
     unread: bool,
-) -> list[Hashable]:
+) -> dict[Hashable, None]:
     """``expand`` of a space whose every value is one alternative: the same checks, one call."""
     if not unread:
         kwargs = dict(space)
@@ -421,7 +424,7 @@ def _one_point(
     _check_budget(kernel_name, 1, max_points)
     keys: dict[Hashable, None] = {}
     _add_key(keys, kernel_name, dispatch, info.key_type, kwargs)
-    return list(keys)
+    return keys
 
 
 def _check_budget(kernel_name: str, total: int, max_points: int) -> None:

@@ -191,9 +191,11 @@ def _warmup(
 
     elapsed = time.perf_counter() - t_start
     failures = [e for e in entries if e.status == "failed"]
-    # Unreplayable recorded entries are skipped whatever the allow-list says.
-    considered = [e for e in entries if not (e.error or "").startswith(_NOT_REPLAYABLE)]
-    filtered_out = bool(considered) and all(e.status == "skipped" for e in considered)
+    # Every key skipped by the allow-list (not just unreplayable recorded entries, which are
+    # skipped whatever it says); `all` stops at the first key that was not skipped.
+    filtered_out = all(e.status == "skipped" for e in entries) and any(
+        not (e.error or "").startswith(_NOT_REPLAYABLE) for e in entries
+    )
     report = WarmupReport(
         enabled=True,
         entries=tuple(entries),
@@ -497,7 +499,9 @@ class _Run:
         if self._procs is not None:
             self._procs.queue_all(items, lambda kernel, key: self._loaded(kernel, key, target))
         try:
-            with scope if scope is not None else nullcontext():
+            # One compile_scope for the group's keys, the runner's threads included (a scope
+            # per key cost ~1 us); a key's _warmkit_compile finds it set.
+            with scope if scope is not None else nullcontext(), monitor.compile_scope(target):
                 self._compile(backend_name, backend, items, target, workers)
         finally:
             if self._procs is not None:
@@ -543,7 +547,7 @@ class _Run:
             if in_worker == "compiled":  # the parent's compile was the worker's cache hit
                 status = "compiled"
             tuning = executor.tuning if isinstance(executor, ReportsTuning) else None
-            if not isinstance(tuning, str):
+            if tuning is not None and not isinstance(tuning, str):
                 tuning = None
             return ReportEntry(
                 name,

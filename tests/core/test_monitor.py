@@ -180,11 +180,14 @@ def test_managed_compiles_are_marked_so_backend_hooks_skip_them():
     PyKernel.hook = lambda key: seen.append(monitor.in_managed_compile())
     assert monitor.in_managed_compile() is False
     PyKernel().get_or_compile(P(1, False))
-    warmkit.warmup(
-        warmkit.WarmupConfig(progress="off", jobs=2),
-        _registry_of(PyKernel, n=[2, 3]),
-    )
-    assert seen == [True, True, True]
+    for jobs in (1, 2):  # in the calling thread, and in the runner's threads
+        warmkit.warmup(
+            warmkit.WarmupConfig(progress="off", jobs=jobs),
+            _registry_of(PyKernel, n=[2 * jobs, 2 * jobs + 1]),
+        )
+    assert monitor.in_managed_compile() is False  # warmup's scope (one per group) is undone
+    PyKernel().get_or_compile(P(9, False))
+    assert seen == [True] * 6
     assert monitor.in_managed_compile() is False
 
 
