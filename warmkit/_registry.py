@@ -417,14 +417,16 @@ class WarmupRegistry:
                     # the row's values in the order of the sorted names, for the identity
                     pick = tuple if order == pair[1] else itemgetter(*map(names.index, order))
                     name = kernel_cls.name
+                    known = pair in checked  # once checked, checked for the rest of the rows
                     for j, row in enumerate(entry["points"]["rows"]):
                         try:
-                            if pair in checked and _CANON_AS_IS.issuperset(map(type, row)):
+                            if known and _CANON_AS_IS.issuperset(map(type, row)):
                                 ident = _canon_point(order, pick(row))
                                 space = dict(zip(names, row))
                                 regs.setdefault((name, ident), new(name, kernel_cls, (), space))
                             else:  # the first of these names (checked), or not plain
                                 add_point(kernel_cls, dict(zip(names, row, strict=True)))
+                                known = pair in checked
                         except (ManifestError, PluginLoadError):
                             raise
                         except Exception as exc:

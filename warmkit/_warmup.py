@@ -155,12 +155,13 @@ def _warmup(
         jobs,
     )
     with _gc_paused():  # nor does grouping them
-        entries, groups, recorded_keys = _group(config, plan, recorded)
+        entries, groups, recorded_keys, recorded_items = _group(config, plan, recorded)
         keep(False)
 
     check_target(config.target, [b for b in groups if b is not None])
 
     loop = _Run(config, n_keys, jobs, t_start, recorded_keys)
+    loop.recorded_items = recorded_items
     loop.keep = keep
     loop.setup_failures = setup_failures
     interrupted: KeyboardInterrupt | None = None
@@ -272,12 +273,16 @@ def _warmup(
 
 def _group(
     config: WarmupConfig, plan: Mapping[str, tuple[Any, list[Any]]], recorded: Sequence[Any]
-) -> tuple[list[ReportEntry], dict[str | None, list[tuple[Any, Any]]], set[tuple[str, Any]]]:
+) -> tuple[
+    list[ReportEntry], dict[str | None, list[tuple[Any, Any]]], set[tuple[str, Any]], set[int]
+]:
     """The keys to compile, by backend, in plan order, then the recorded ones not planned.
 
     Returns the entries already decided (skipped by the backend allow-list, an
     unreplayable or unplannable recorded entry), the ``(kernel, key)`` items per
-    backend, and the ``(kernel name, key)`` pairs that came from recorded entries.
+    backend, the ``(kernel name, key)`` pairs that came from recorded entries,
+    and the ``id`` of each of their items (what a key's report entry looks up:
+    no tuple and no hash of the key per key).
     """
     entries: list[ReportEntry] = []
     groups: dict[str | None, list[tuple[Any, Any]]] = {}
@@ -295,6 +300,7 @@ def _group(
     # Only a recorded entry needs it (a declared key is compiled once, reported once).
     planned = {(name, k) for name, (_, keys) in plan.items() for k in keys} if recorded else set()
     recorded_keys: set[tuple[str, Any]] = set()
+    recorded_items: set[int] = set()
     for item in recorded:
         entry = item.entry
         if not entry.replayable:
@@ -324,8 +330,8 @@ def _group(
             continue
         name, b = type(item.kernel).name, type(item.kernel).backend
         pair = (name, item.key)
-        if (planned and pair in planned) or pair in recorded_keys:
-            continue  # a declared key, or a duplicate: compiled once, reported once
+        if planned and pair in planned:
+            continue  # a declared key: compiled once, reported once
         if config.backends is not None and b not in config.backends:
             entries.append(
                 ReportEntry(
@@ -338,9 +344,14 @@ def _group(
                 )
             )
             continue
-        recorded_keys.add(pair)
-        groups.setdefault(b, []).append((item.kernel, item.key))
-    return entries, groups, recorded_keys
+        n = len(recorded_keys)
+        recorded_keys.add(pair)  # one hash of the key, not a lookup and then an add
+        if len(recorded_keys) == n:
+            continue  # a duplicate: compiled once, reported once
+        it = (item.kernel, item.key)
+        recorded_items.add(id(it))  # the item lives as long as the warmup
+        groups.setdefault(b, []).append(it)
+    return entries, groups, recorded_keys, recorded_items
 
 
 def _plan_order(
@@ -395,6 +406,7 @@ class _Run:
     ) -> None:
         self.config = config
         self.recorded = recorded
+        self.recorded_items: set[int] = set()  # id() of the items of recorded keys (_group)
         self.jobs = jobs
         self.entries: list[ReportEntry] = []
         self.aborted = False
@@ -558,7 +570,7 @@ class _Run:
                 None,
                 None,
                 tuning,
-                "recorded" if self.recorded and (name, key) in self.recorded else "declared",
+                "recorded" if id(item) in self.recorded_items else "declared",
             )
 
         def skipped(item: tuple[Any, Any], reason: str) -> None:
