@@ -153,7 +153,9 @@ class JitKernel(Generic[K]):
         and returns its dict of keys.
         """
         if cls.get_warmup_keys is not JitKernel.get_warmup_keys:
-            return lambda inst, zip_groups, space: inst.get_warmup_keys(*zip_groups, **space)
+            # a list of its own: planning merges a dict it is given into its own, and
+            # must not take (and then grow) a dict an override keeps
+            return lambda inst, zip_groups, space: list(inst.get_warmup_keys(*zip_groups, **space))
         cls._concrete()
         raw, info = _memo.raw_dispatch(cls), cls._warmkit_dispatch_info
         default: list[int] = []  # WARMKIT_MAX_POINTS, read on first need (as get_warmup_keys does)

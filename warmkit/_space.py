@@ -310,8 +310,8 @@ def expand(
     else:
         # Without zip groups, whether a space's names are complete and accepted depends
         # only on the names: checked once per kernel and set of names.
-        names = list(space)
-        seen = (id(info), tuple(names))
+        seen = (id(info), tuple(space))
+        names = list(seen[1])
         known = _complete.get(seen)
         if known is None or known[0] is not info:
             _check_complete(kernel_name, info, names)
@@ -319,7 +319,22 @@ def expand(
             known = (info, unread)
             _remember(_complete, seen, known)
         if where is None and _ONE_VALUE.issuperset(map(type, space.values())):
-            return _one_point(kernel_name, dispatch, info, space, max_points, unread=known[1])
+            # every value is one alternative (a recording's registration per key): the same
+            # checks, one dispatch call
+            if not known[1]:
+                kwargs = dict(space)
+            else:  # the argument order of the loop below (unread inputs last), for its messages
+                kwargs, fixed = {}, {}
+                for name, value in space.items():
+                    if name in info.params and name not in info.used:
+                        fixed[name] = value
+                    else:
+                        kwargs[name] = value
+                kwargs.update(fixed)
+            _check_budget(kernel_name, 1, max_points)
+            keys: dict[Hashable, None] = {}
+            _add_key(keys, kernel_name, dispatch, info.key_type, kwargs)
+            return keys
 
     pred, pred_args = _bind_where(kernel_name, where, names, info)
     read_by_where = {a for a, _ in pred_args}
@@ -350,7 +365,7 @@ def expand(
     flat_names = tuple(itertools.chain.from_iterable(axis_names))
     nz = len(zip_groups)
     key_type = info.key_type
-    keys: dict[Hashable, None] = {}
+    keys = {}
     for combo in itertools.product(*axes):
         if nz:
             combo = (*itertools.chain.from_iterable(combo[:nz]), *combo[nz:])
@@ -399,32 +414,6 @@ def check_keyword_names(kernel_name: str, info: DispatchInfo, space: Mapping[str
     if _accepted.get(seen) is not info:
         info.check_names(kernel_name, seen[1])
         _remember(_accepted, seen, info)
-
-
-def _one_point(
-    kernel_name: str,
-    dispatch: Callable[..., Hashable],
-    info: DispatchInfo,
-    space: Mapping[str, Any],
-    max_points: int,
-    *,
-    unread: bool,
-) -> dict[Hashable, None]:
-    """``expand`` of a space whose every value is one alternative: the same checks, one call."""
-    if not unread:
-        kwargs = dict(space)
-    else:  # the argument order of expand's loop (unread inputs last), for its messages
-        kwargs, fixed = {}, {}
-        for name, value in space.items():
-            if name in info.params and name not in info.used:
-                fixed[name] = value
-            else:
-                kwargs[name] = value
-        kwargs.update(fixed)
-    _check_budget(kernel_name, 1, max_points)
-    keys: dict[Hashable, None] = {}
-    _add_key(keys, kernel_name, dispatch, info.key_type, kwargs)
-    return keys
 
 
 def _check_budget(kernel_name: str, total: int, max_points: int) -> None:

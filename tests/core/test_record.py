@@ -463,3 +463,19 @@ def test_from_dict_reads_version_2_data_without_keeping_the_callers_objects() ->
     assert sorted(loaded.recorded(), key=repr) == sorted(registry.recorded(), key=repr)
     raw["recorded"][0]["entries"][0][1]["key"]["n"] = 1234  # the caller's data, changed after
     assert resolve_recorded(loaded.recorded())[0].key == _kernels.PyKernel.CompileKey(0, True)
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_each_key_is_reported_once_with_the_kind_it_came_from(jobs: int) -> None:
+    """A recorded key also declared is declared; a key recorded twice is compiled once."""
+    reg = warmkit.WarmupRegistry()
+    reg.add(_kernels.PyKernel, n=[1, 2])
+    key = _kernels.PyKernel.CompileKey
+    for k, target in ((key(2, False), None), (key(7, False), None), (key(7, False), "cuda:90")):
+        assert reg.add_recorded(key_entry(_kernels.PyKernel, k, target))
+    assert len(reg.recorded()) == 3  # three ids: the target is part of an entry's identity
+    report = warmkit.warmup(warmkit.WarmupConfig(progress="off", jobs=jobs), reg)
+    kinds = {(e.key.n, e.kind, e.status) for e in report.entries}
+    assert len(report.entries) == 3
+    assert kinds == {(1, "declared", "compiled"), (2, "declared", "compiled"),
+                     (7, "recorded", "compiled")}  # fmt: skip

@@ -263,6 +263,19 @@ def test_plan_uses_get_warmup_keys_overrides(registry):
     assert registry.plan() == {FromConfig.name: [K(4, False), K(8, False)]}
 
 
+def test_planning_never_grows_a_collection_an_override_keeps(registry):
+    kept = {K(1, False): None}  # an override may return its own (cached) dict or list
+
+    class Cached(PyKernel):
+        def get_warmup_keys(self, *groups, where=None, **space):
+            return kept if space["n"] == 1 else [K(space["n"], False)]
+
+    Cached().register_warmup(n=1)
+    Cached().register_warmup(n=2)
+    assert registry.plan() == {Cached.name: [K(1, False), K(2, False)]}
+    assert kept == {K(1, False): None}
+
+
 def test_plan_honours_an_instance_budget_and_reads_the_environment_only_when_needed(
     registry, monkeypatch
 ):
