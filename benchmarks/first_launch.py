@@ -27,7 +27,9 @@ Also reported: the CPU time until each call returned, and "after another
 key": the same call timed right after a call of the previous key (another
 kernel's code where the order switches kernels), median of 3. A first launch
 costing what that costs is paying for cold CPU caches, not for anything a
-warmup left undone.
+warmup left undone. And "after cache flush": the same call right after a
+write to every cache line of 64 MiB (the CPU's caches left cold, nothing
+else changed), median of 3.
 
 ``warmkit-launched`` (a default mode) launches every case once for real
 before the timing: its "first" is what no warmup can beat, since nothing is
@@ -267,6 +269,18 @@ def child(mode: str, rotate: int, iters: int) -> int:
             timed(order[i - 1][1])
             switch.append(timed(call)[1])
         out[i]["after_other_us"] = statistics.median(switch)
+    # And right after a pass over 64 MiB, which leaves the CPU's caches cold (and nothing
+    # else): if a first launch costs what this costs, its gap is cold caches.
+    flush = bytearray(64 << 20)
+    line = b"\x01" * (len(flush) // 64)
+    for i, (_label, call) in enumerate(order):
+        cold = []
+        for _ in range(3):
+            timed(call)
+            flush[::64] = line  # one write per 64-byte cache line
+            cold.append(timed(call))
+        out[i]["after_flush_us"] = statistics.median(t for _, t in cold)
+        out[i]["after_flush_cpu_us"] = statistics.median(c for c, _ in cold)
     print(MARK + json.dumps({"mode": mode, "warmup_s": warmup_s, "keys": out}), flush=True)
     return 0
 
@@ -329,6 +343,7 @@ def main() -> int:
             first = stats([s["first_us"] for s in samples])
             steady = stats([s["steady_us"] for s in samples])
             after_other = stats([s["after_other_us"] for s in samples])
+            after_flush = stats([s["after_flush_us"] for s in samples])
             first_cpu = stats([s["first_cpu_us"] for s in samples])
             steady_cpu = stats([s["steady_cpu_us"] for s in samples])
             events = sorted({e for s in samples for e in s["events"]})
@@ -339,6 +354,11 @@ def main() -> int:
                 "first_cpu_us": first_cpu,
                 "steady_cpu_us": steady_cpu,
                 "after_other_us": after_other,
+                "after_flush_us": after_flush,
+                "after_flush_cpu_us": stats([s["after_flush_cpu_us"] for s in samples]),
+                "first_vs_after_flush": stats(
+                    [s["first_us"] / s["after_flush_us"] for s in samples]
+                ),
                 "first_vs_after_other": stats(
                     [s["first_us"] / s["after_other_us"] for s in samples]
                 ),
@@ -352,6 +372,7 @@ def main() -> int:
                     f"{steady['median']:.1f}",
                     f"{first_cpu['median']:.1f} / {steady_cpu['median']:.1f}",
                     f"{after_other['median']:.1f}",
+                    f"{after_flush['median']:.1f}",
                     f"{ratio['median']:.2f} ({ratio['min']:.2f}-{ratio['max']:.2f})",
                     ",".join(events) or "none",
                     "yes" if ratio["median"] <= GOAL else "NO",
@@ -365,6 +386,7 @@ def main() -> int:
             "steady us",
             "CPU first/steady us",
             "after another key us",
+            "after cache flush us",
             "first/steady",
             "Triton events",
             "<= 1.5x",

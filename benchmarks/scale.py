@@ -20,13 +20,26 @@ Per phase, the median over ``--runs`` runs (>= 5) in one process; the memory
 per key is the peak traced by ``tracemalloc`` over load + warmup + report,
 divided by N, in a run of its own (tracing slows everything down). Planning
 alone is also timed at 1,000,000 keys (``--plan-only``).
+
+``--instructions 2000,4000`` counts instead of timing: the instructions that
+load + warmup + report execute per key, under valgrind's callgrind (the
+difference between the two sizes, each one pipeline in a fresh process with
+the hash seed fixed and the progress bar off, over the difference in keys).
+The count barely moves from run to run, so it compares two versions on a
+shared box whose timings move by 20 % from one minute to the next. ``--jobs
+1`` keeps it to one thread (with threads the count depends on valgrind's
+scheduling); the bar is off because it redraws by the clock.
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import gc
 import os
+import re
+import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -170,12 +183,74 @@ def plan_only(n: int, runs: int) -> dict[str, Any]:
     return {"keys": n, "seconds": s, "us_per_key": s["median"] / n * 1e6}
 
 
+def instructions(shape: str, sizes: list[int], jobs: int | None, tmp: Path) -> dict[str, Any]:
+    """Instructions per key of load + warmup + report: callgrind at two sizes, the difference."""
+    valgrind = shutil.which("valgrind")
+    if valgrind is None:
+        raise SystemExit(
+            "scale.py --instructions: valgrind is not installed (apt install valgrind)"
+        )
+    counts = []
+    for n in sizes:
+        path = tmp / f"{shape}-{n}.json"
+        build(n, shape).save(path)
+        cmd = [valgrind, "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable]
+        cmd += [__file__, "--pipeline", str(path), "--jobs", str(jobs or 0)]
+        # a fixed hash seed: with a random one, dict and set probes differ from run to run
+        env = os.environ | {"PYTHONHASHSEED": "0"}
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
+        found = re.search(r"Collected : (\d+)", proc.stderr)
+        if proc.returncode != 0 or found is None:
+            raise SystemExit(f"scale.py: callgrind of {shape} {n} failed:\n{proc.stderr[-2000:]}")
+        counts.append(int(found.group(1)))
+    per_key = (counts[1] - counts[0]) / (sizes[1] - sizes[0])
+    return {
+        "shape": shape,
+        "sizes": sizes,
+        "jobs": jobs,
+        "instructions": counts,
+        "per_key": per_key,
+    }
+
+
 def main() -> None:
     p = parser(__doc__.splitlines()[0])
     p.add_argument("--keys", default="10,1000,10000,100000", help="comma-separated key counts")
     p.add_argument("--plan-only", type=int, default=1_000_000, help="keys for planning alone")
     p.add_argument("--shapes", default="declared,recorded,replayed")
+    p.add_argument(
+        "--instructions",
+        metavar="N1,N2",
+        help="count instructions per key under valgrind (two sizes) instead of timing",
+    )
+    p.add_argument(
+        "--jobs", type=int, default=0, help="WarmupConfig.jobs for --instructions (0: auto)"
+    )
+    p.add_argument("--pipeline", help=argparse.SUPPRESS)  # a callgrind child: one pipeline
     args = p.parse_args()
+    if args.pipeline:
+        jobs = args.jobs or None
+        # no progress bar: it redraws by the clock, and under callgrind's slowdown a key can
+        # take over 1 ms (counted at once), so with it the count would follow the box's load
+        config = warmkit.WarmupConfig(monitor="off", progress="off", on_error="collect", jobs=jobs)
+        pipeline(Path(args.pipeline), config)
+        return
+    if args.instructions:
+        sizes = [int(x) for x in args.instructions.split(",")]
+        if args.tiny:
+            sizes = [20, 40]
+        with tempfile.TemporaryDirectory(prefix="warmkit-scale-") as tmp:
+            counts = [
+                instructions(shape, sizes, args.jobs or None, Path(tmp))
+                for shape in args.shapes.split(",")
+            ]
+        text = "\n".join(
+            f"{c['shape']:<9} {c['per_key']:>10,.0f} instructions/key (callgrind, jobs="
+            f"{c['jobs'] or 'auto'}, keys {sizes[0]:,} -> {sizes[1]:,})"
+            for c in counts
+        )
+        emit("B10-instructions", {"counts": counts}, args.out, text)
+        return
     sizes = [int(x) for x in args.keys.split(",")]
     runs = max(args.runs, 5)
     plan_n = args.plan_only

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -54,6 +55,22 @@ def test_tiny_run_writes_json(script, tmp_path):
     assert isinstance(doc, dict) and doc
     if "benchmark" in doc:  # written by _common.emit
         assert doc["machine"]["python"] and "results" in doc
+
+
+@pytest.mark.skipif(shutil.which("valgrind") is None, reason="needs valgrind")
+def test_scale_counts_instructions_per_key_under_callgrind(tmp_path):
+    out = tmp_path / "result.json"
+    proc = subprocess.run(
+        [sys.executable, str(BENCH / "scale.py"), "--tiny", "--instructions", "20,40",
+         "--shapes", "declared", "--jobs", "1", "--out", str(out)],
+        cwd=tmp_path, capture_output=True, text=True, timeout=240, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (count,) = json.loads(out.read_text())["results"]["counts"]
+    # two fresh processes, 20 keys apart: a no-op key costs thousands of instructions
+    assert count["shape"] == "declared" and count["sizes"] == [20, 40]
+    assert count["instructions"][1] > count["instructions"][0]
+    assert 1_000 < count["per_key"] < 10_000_000
 
 
 def test_synthetic_manifest_has_32_distinct_triton_keys(tmp_path):
