@@ -237,6 +237,8 @@ def main() -> None:
         return
     if args.instructions:
         sizes = [int(x) for x in args.instructions.split(",")]
+        if len(sizes) != 2 or not 0 < sizes[0] < sizes[1]:
+            p.error(f"--instructions {args.instructions}: two key counts, the smaller first")
         if args.tiny:
             sizes = [20, 40]
         with tempfile.TemporaryDirectory(prefix="warmkit-scale-") as tmp:
