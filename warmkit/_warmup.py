@@ -17,8 +17,6 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import nullcontext
 from typing import Any
 
-import attrs
-
 from . import _envs, _memo, metrics, monitor
 from ._backend import CanonicalTargets, ReportsTuning
 from ._config import WarmupConfig
@@ -155,13 +153,12 @@ def _warmup(
         jobs,
     )
     with _gc_paused():  # nor does grouping them
-        entries, groups, recorded_keys, recorded_items = _group(config, plan, recorded)
+        entries, groups, recorded_items = _group(config, plan, recorded)
         keep(False)
 
     check_target(config.target, [b for b in groups if b is not None])
 
-    loop = _Run(config, n_keys, jobs, t_start, recorded_keys)
-    loop.recorded_items = recorded_items
+    loop = _Run(config, n_keys, jobs, t_start, recorded_items)
     loop.keep = keep
     loop.setup_failures = setup_failures
     interrupted: KeyboardInterrupt | None = None
@@ -179,9 +176,10 @@ def _warmup(
                 loop.cancelled = True
                 done = {(e.kernel, e.key) for e in loop.entries}
                 for backend_name, items in groups.items():  # groups never reached
+                    # the group's own items: a recorded one is known by its identity
                     loop.backend_group(
                         backend_name,
-                        [(k, key) for k, key in items if (type(k).name, key) not in done],
+                        [it for it in items if (type(it[0]).name, it[1]) not in done],
                     )
     finally:
         loop.close()
@@ -273,16 +271,14 @@ def _warmup(
 
 def _group(
     config: WarmupConfig, plan: Mapping[str, tuple[Any, list[Any]]], recorded: Sequence[Any]
-) -> tuple[
-    list[ReportEntry], dict[str | None, list[tuple[Any, Any]]], set[tuple[str, Any]], set[int]
-]:
+) -> tuple[list[ReportEntry], dict[str | None, list[tuple[Any, Any]]], set[int]]:
     """The keys to compile, by backend, in plan order, then the recorded ones not planned.
 
     Returns the entries already decided (skipped by the backend allow-list, an
     unreplayable or unplannable recorded entry), the ``(kernel, key)`` items per
-    backend, the ``(kernel name, key)`` pairs that came from recorded entries,
-    and the ``id`` of each of their items (what a key's report entry looks up:
-    no tuple and no hash of the key per key).
+    backend, and the ``id`` of each item that came from a recorded entry (what
+    a key's report entry looks up for its kind: no tuple and no hash of the
+    key per key).
     """
     entries: list[ReportEntry] = []
     groups: dict[str | None, list[tuple[Any, Any]]] = {}
@@ -351,7 +347,7 @@ def _group(
         it = (item.kernel, item.key)
         recorded_items.add(id(it))  # the item lives as long as the warmup
         groups.setdefault(b, []).append(it)
-    return entries, groups, recorded_keys, recorded_items
+    return entries, groups, recorded_items
 
 
 def _plan_order(
@@ -402,11 +398,10 @@ class _Run:
         total: int,
         jobs: int,
         t_start: float,
-        recorded: set[tuple[str, Any]] = frozenset(),  # type: ignore[assignment]
+        recorded_items: set[int] = frozenset(),  # type: ignore[assignment]
     ) -> None:
         self.config = config
-        self.recorded = recorded
-        self.recorded_items: set[int] = set()  # id() of the items of recorded keys (_group)
+        self.recorded_items = recorded_items  # id() of the items of recorded keys (_group)
         self.jobs = jobs
         self.entries: list[ReportEntry] = []
         self.aborted = False
@@ -434,15 +429,26 @@ class _Run:
             for name, secs in per_kernel.items():
                 logger.debug("kernel %s: %.3fs", name, secs)
 
-    def _kind(self, name: str, key: Any) -> str:
-        return "recorded" if self.recorded and (name, key) in self.recorded else "declared"
+    def _kind(self, item: tuple[Any, Any]) -> str:
+        return "recorded" if id(item) in self.recorded_items else "declared"
 
-    def _add(self, entry: ReportEntry) -> None:
-        if entry.kind == "declared" and self._kind(entry.kernel, entry.key) == "recorded":
-            entry = attrs.evolve(entry, kind="recorded")
-        self._append(entry)
+    def _unrun(
+        self,
+        item: tuple[Any, Any],
+        backend: str | None,
+        status: str,
+        error: str,
+        exc: BaseException | None = None,
+    ) -> None:
+        """Report a key that was not compiled: skipped, or failed before its compile."""
+        kernel, key = item
+        self._append(
+            ReportEntry(
+                type(kernel).name, backend, key, status, 0.0, error, exc, kind=self._kind(item)
+            )
+        )
 
-    def _append(self, entry: ReportEntry) -> None:  # entry.kind is already right
+    def _append(self, entry: ReportEntry) -> None:
         with self._lock:
             self.entries.append(entry)
             if self._bar is not None:
@@ -460,18 +466,14 @@ class _Run:
     def _fail_all(
         self, items: Sequence[tuple[Any, Any]], backend: str | None, exc: BaseException
     ) -> None:
-        for kernel, key in items:
-            self._add(
-                ReportEntry(type(kernel).name, backend, key, "failed", 0.0, _describe(exc), exc)
-            )
+        for item in items:
+            self._unrun(item, backend, "failed", _describe(exc), exc)
 
     def backend_group(self, backend_name: str | None, items: list[tuple[Any, Any]]) -> None:
         if self.aborted or self.cancelled:
             reason = CANCELLED if self.cancelled else _NOT_ATTEMPTED
-            for kernel, key in items:
-                self._add(
-                    ReportEntry(type(kernel).name, backend_name, key, "skipped", error=reason)
-                )
+            for item in items:
+                self._unrun(item, backend_name, "skipped", reason)
             return
         target = self.config.target
         scope = None
@@ -554,7 +556,7 @@ class _Run:
                     time.perf_counter() - t0,
                     _describe(exc),
                     exc,
-                    kind=self._kind(name, key),
+                    kind=self._kind(item),
                 )
             if in_worker == "compiled":  # the parent's compile was the worker's cache hit
                 status = "compiled"
@@ -570,12 +572,11 @@ class _Run:
                 None,
                 None,
                 tuning,
-                "recorded" if id(item) in self.recorded_items else "declared",
+                self._kind(item),
             )
 
         def skipped(item: tuple[Any, Any], reason: str) -> None:
-            kernel, key = item
-            self._add(ReportEntry(type(kernel).name, backend_name, key, "skipped", error=reason))
+            self._unrun(item, backend_name, "skipped", reason)
 
         def finished(_item: tuple[Any, Any], entry: ReportEntry) -> bool:
             self._append(entry)  # from one() or timed_out(): its kind is set
@@ -601,7 +602,7 @@ class _Run:
                     seconds,
                     _describe(exc),
                     exc,
-                    kind=self._kind(type(kernel).name, key),
+                    kind=self._kind(item),
                 ),
             )
 

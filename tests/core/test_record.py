@@ -479,3 +479,20 @@ def test_each_key_is_reported_once_with_the_kind_it_came_from(jobs: int) -> None
     assert len(report.entries) == 3
     assert kinds == {(1, "declared", "compiled"), (2, "declared", "compiled"),
                      (7, "recorded", "compiled")}  # fmt: skip
+
+
+def test_a_recorded_key_not_attempted_after_a_failure_is_still_reported_as_recorded() -> None:
+    reg = warmkit.WarmupRegistry()
+    reg.add(_kernels.PyKernel, n=[1])
+    key = _kernels.PyKernel.CompileKey
+    assert reg.add_recorded(key_entry(_kernels.PyKernel, key(7, False)))
+    _kernels.PyKernel.fail_on = frozenset({key(1, False)})
+    try:
+        with pytest.raises(warmkit.WarmupError) as info:
+            warmkit.warmup(warmkit.WarmupConfig(progress="off", jobs=1, on_error="raise"), reg)
+    finally:
+        _kernels.PyKernel.fail_on = frozenset()
+    by_n = {e.key.n: e for e in info.value.report.entries}
+    assert (by_n[1].kind, by_n[1].status) == ("declared", "failed")
+    assert (by_n[7].kind, by_n[7].status) == ("recorded", "skipped")
+    assert "not attempted" in by_n[7].error
