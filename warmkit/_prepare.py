@@ -34,6 +34,7 @@ from typing import Any
 
 from . import _envs
 from ._backend import Prepares
+from ._compat import ast_parse_serialized
 
 __all__ = ["join", "prepare"]
 
@@ -103,6 +104,11 @@ def _start_setup(target: str | None, backends: tuple[str, ...] | None) -> None:
 
 
 def _setup(target: str | None, backends: tuple[str, ...] | None) -> None:
+    with ast_parse_serialized():  # a backend's setup may parse kernels while the engine does too
+        _set_up_backends(target, backends)
+
+
+def _set_up_backends(target: str | None, backends: tuple[str, ...] | None) -> None:
     from ._plugins import BACKENDS_GROUP, discover, get_backend
 
     try:

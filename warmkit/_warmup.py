@@ -19,6 +19,7 @@ from typing import Any
 
 from . import _envs, _memo, metrics, monitor
 from ._backend import CanonicalTargets, ReportsTuning
+from ._compat import ast_parse_serialized
 from ._config import WarmupConfig
 from ._exceptions import BackendUnavailableError, WarmupError
 from ._prepare import join as join_setup
@@ -63,7 +64,8 @@ def warmup(config: WarmupConfig | None = None, registry: Any = None) -> WarmupRe
     """
     from ._plugins import one_scan
 
-    with one_scan(), _kept_out_of_gc() as keep:  # one entry-point scan for all plugins
+    # one entry-point scan for all plugins; the frontends' parses safe in the compile threads
+    with one_scan(), _kept_out_of_gc() as keep, ast_parse_serialized():
         return _warmup(config, registry, keep)
 
 

@@ -1,0 +1,170 @@
+"""``warmkit._compat``: concurrent ``ast.parse`` on the CPythons where it races (gh-106905)."""
+
+from __future__ import annotations
+
+import ast
+import gc
+import sys
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+import warmkit
+from warmkit import _compat
+
+from ._kernels import PyKernel
+
+SOURCE = "\n".join(
+    f"def f{i}(a, b):\n    return [x * a + b for x in range({i}) if (x % 3) and (a or b)]"
+    for i in range(20)
+)
+
+
+class _Finalized:
+    def __del__(self) -> None:  # a finalizer the collector runs inside a conversion
+        pass
+
+
+@pytest.fixture
+def racy_interpreter() -> Iterator[None]:
+    """Thread switches every microsecond and frequent collections: the race shows in ~20 ms."""
+    interval, thresholds = sys.getswitchinterval(), gc.get_threshold()
+    sys.setswitchinterval(1e-6)
+    gc.set_threshold(10)
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(interval)
+        gc.set_threshold(*thresholds)
+
+
+def parse_with_garbage(until: float, errors: list[BaseException]) -> None:
+    """Parse SOURCE over and over, leaving a finalizable cycle each time, until ``until``."""
+    while time.monotonic() < until and not errors:
+        try:
+            ast.parse(SOURCE)
+        except SystemError as exc:
+            errors.append(exc)
+        cycle = _Finalized()
+        cycle.self = cycle  # type: ignore[attr-defined]
+
+
+def race(threads: int, seconds: float) -> list[BaseException]:
+    errors: list[BaseException] = []
+    until = time.monotonic() + seconds
+    workers = [
+        threading.Thread(target=parse_with_garbage, args=(until, errors)) for _ in range(threads)
+    ]
+    for t in workers:
+        t.start()
+    for t in workers:
+        t.join()
+    return errors
+
+
+def test_the_flag_names_exactly_the_cpythons_with_the_bug():
+    v = sys.version_info[:3]
+    affected = (3, 11, 0) <= v <= (3, 11, 7) or (3, 12, 0) <= v <= (3, 12, 1)
+    assert _compat.AST_PARSE_RACES is (affected and sys.implementation.name == "cpython")
+
+
+@pytest.mark.skipif(not _compat.AST_PARSE_RACES, reason="this Python has the gh-106905 fix")
+def test_unguarded_concurrent_parses_fail_here(racy_interpreter):
+    """The control: without the guard, this test's race does fail on this Python."""
+    errors = race(2, 20.0)  # stops at the first error (~20 ms on the 2-core box)
+    assert errors and "recursion depth mismatch" in str(errors[0])
+
+
+def test_guarded_concurrent_parses_never_fail(racy_interpreter):
+    with _compat.ast_parse_serialized():
+        assert race(3, 1.5) == []  # ~75x the time the unguarded race takes to fail
+
+
+def test_warmup_compiles_in_threads_that_parse_without_the_race(racy_interpreter):
+    """A frontend that parses in every compile (as Triton's and TileLang's do), on 2 threads."""
+    PyKernel.hook = lambda key: parse_with_garbage(time.monotonic() + 0.3, errors)
+    errors: list[BaseException] = []
+    reg = warmkit.WarmupRegistry()
+    reg.add(PyKernel, n=[1, 2, 3, 4])
+    report = warmkit.warmup(warmkit.WarmupConfig(jobs=2, progress="off"), reg)
+    assert errors == []
+    assert [e.status for e in report.entries] == ["compiled"] * 4
+    assert report.jobs == 2
+
+
+def test_the_guard_installs_once_over_nested_and_concurrent_blocks_and_restores(monkeypatch):
+    monkeypatch.setattr(_compat, "AST_PARSE_RACES", True)
+    original = ast.parse
+    inside = threading.Event()
+    leave = threading.Event()
+    seen: list[object] = []
+
+    def other_thread() -> None:
+        with _compat.ast_parse_serialized():
+            seen.append(ast.parse)
+            inside.set()
+            leave.wait(10)
+
+    with _compat.ast_parse_serialized():
+        wrapper = ast.parse
+        assert wrapper is not original and wrapper.__wrapped__ is original
+        assert ast.parse("x + 1", mode="eval").body.op.__class__ is ast.Add
+        with _compat.ast_parse_serialized():
+            assert ast.parse is wrapper
+        assert ast.parse is wrapper  # the inner block's exit leaves the outer one's
+        t = threading.Thread(target=other_thread)
+        t.start()
+        assert inside.wait(10)
+    assert ast.parse is wrapper  # the other thread's block is still open
+    leave.set()
+    t.join(10)
+    assert seen == [wrapper]
+    assert ast.parse is original
+
+
+def test_the_guard_leaves_a_replacement_made_inside_it(monkeypatch):
+    monkeypatch.setattr(_compat, "AST_PARSE_RACES", True)
+    original = ast.parse
+    try:
+        with _compat.ast_parse_serialized():
+            wrapper = ast.parse
+
+            def theirs(*args, **kwargs):
+                return wrapper(*args, **kwargs)
+
+            ast.parse = theirs
+        assert ast.parse is theirs  # not put back over someone else's replacement
+        assert isinstance(ast.parse("1"), ast.Module)
+    finally:
+        ast.parse = original
+
+
+def test_the_guard_changes_nothing_on_a_fixed_python(monkeypatch):
+    monkeypatch.setattr(_compat, "AST_PARSE_RACES", False)
+    original = ast.parse
+    with _compat.ast_parse_serialized():
+        assert ast.parse is original
+
+
+def test_warmup_and_prepares_setup_run_under_the_guard(monkeypatch):
+    monkeypatch.setattr(_compat, "AST_PARSE_RACES", True)
+    original = ast.parse
+    during: list[bool] = []
+    PyKernel.hook = lambda key: during.append(ast.parse is not original)
+    reg = warmkit.WarmupRegistry()
+    reg.add(PyKernel, n=[1, 2])
+    warmkit.warmup(warmkit.WarmupConfig(jobs=2, progress="off"), reg)
+    assert during == [True, True]
+    assert ast.parse is original
+
+    from warmkit import _prepare
+
+    in_setup: list[bool] = []
+    monkeypatch.setattr(
+        _prepare, "_set_up_backends", lambda *a: in_setup.append(ast.parse is not original)
+    )
+    _prepare._setup(None, ())
+    assert in_setup == [True]
+    assert ast.parse is original

@@ -1,0 +1,86 @@
+"""Differences between Python versions that warmkit works around: every version branch of the core.
+
+**``ast.parse`` from two threads at once** can fail with ``SystemError: AST
+constructor recursion depth mismatch`` on CPython 3.11.0-3.11.7 and
+3.12.0-3.12.1 (CPython gh-106905, fixed in 3.11.8 and 3.12.2). The converter
+from the parser's tree to ``ast`` objects counted its depth in one
+interpreter-wide field; when a garbage collection inside it runs a finalizer,
+the GIL can pass to another thread's conversion, and the count no longer
+matches. Every DSL frontend parses its kernel's source with ``ast.parse``
+(Triton's ``JITFunction.parse``, TileLang's TVM script parser, CuTe DSL's
+preprocessor), so two compiles in two threads can fail for no fault of the
+key.
+
+:func:`ast_parse_serialized` makes ``ast.parse`` take one lock, on those
+Pythons only, while warmkit's own threads may compile: during ``warmup()``
+and ``prepare()``'s setup. It changes nothing else: the conversion holds the
+GIL apart from that finalizer window, so one parse at a time costs the
+compiles no parallelism. Code that bound ``from ast import parse`` before is
+not covered; no frontend warmkit supports does that.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import functools
+import logging
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+__all__ = ["AST_PARSE_RACES", "ast_parse_serialized"]
+
+logger = logging.getLogger(__name__)
+
+#: Whether concurrent ``ast.parse`` calls can fail on this Python (CPython gh-106905).
+AST_PARSE_RACES = sys.implementation.name == "cpython" and (
+    (3, 11) <= sys.version_info[:3] < (3, 11, 8) or (3, 12) <= sys.version_info[:3] < (3, 12, 2)
+)
+
+_parse_lock = threading.RLock()  # one conversion at a time; re-entrant for a finalizer's parse
+_install_lock = threading.Lock()  # guards the two below
+_depth = 0  # blocks inside ast_parse_serialized(), over every thread
+_installed: tuple[Callable[..., Any], Callable[..., Any]] | None = None  # (original, wrapper)
+
+
+def _serialized(parse: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(parse)
+    def serialized_parse(*args: Any, **kwargs: Any) -> Any:
+        with _parse_lock:
+            return parse(*args, **kwargs)
+
+    return serialized_parse
+
+
+@contextlib.contextmanager
+def ast_parse_serialized() -> Iterator[None]:
+    """Inside the block, ``ast.parse`` calls run one at a time, where this Python needs it.
+
+    Re-entrant and safe to enter from several threads at once: ``ast.parse`` is
+    replaced when the first block opens and put back when the last one closes.
+    A replacement someone else installed in between is left in place (theirs
+    then calls ours, which keeps working).
+    """
+    global _depth, _installed
+    if not AST_PARSE_RACES:
+        yield
+        return
+    with _install_lock:
+        if _depth == 0:
+            original = ast.parse
+            _installed = (original, _serialized(original))
+            ast.parse = _installed[1]
+            logger.debug("warmkit: ast.parse serialized (CPython gh-106905 on %s)", sys.version)
+        _depth += 1
+    try:
+        yield
+    finally:
+        with _install_lock:
+            _depth -= 1
+            if _depth == 0 and _installed is not None:
+                original, wrapper = _installed
+                if ast.parse is wrapper:
+                    ast.parse = original
+                _installed = None
