@@ -33,7 +33,7 @@ import os
 import threading
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import attrs
 
@@ -665,9 +665,11 @@ def key_entry(cls: type, key: Any, target: str | None = None) -> RecordedEntry:
     )
 
 
-@attrs.frozen
-class RecordedItem:
+class RecordedItem(NamedTuple):
     """A recorded entry resolved for warmup: its kernel and key, or why it cannot be warmed.
+
+    A named tuple, not an attrs class: one is made per recorded key, and a
+    tuple is made in one step (B10, ``docs/performance.md``).
 
     Attributes:
         entry: the recorded entry.
@@ -698,6 +700,7 @@ def resolve_recorded(entries: Iterable[RecordedEntry]) -> list[RecordedItem]:
     # One lookup and one instance per kernel, not per entry: resolving a ref scans every
     # installed distribution's entry points (~50 ms), and a recording has an entry per key.
     kernels: dict[str, Any] = {}
+    make = RecordedItem._make
     for entry in entries:
         if not entry.replayable:
             items.append(RecordedItem(entry))
@@ -721,5 +724,5 @@ def resolve_recorded(entries: Iterable[RecordedEntry]) -> list[RecordedItem]:
         except Exception as exc:  # noqa: BLE001 - reported as this entry's failure
             items.append(RecordedItem(entry, error=exc))
             continue
-        items.append(RecordedItem(entry, kernel, key))
+        items.append(make((entry, kernel, key, None)))  # RecordedItem(entry, kernel, key)
     return items
