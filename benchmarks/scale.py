@@ -14,7 +14,14 @@ Two shapes of manifest, for N keys:
 * ``declared``: one registration per 100 keys (an ``IntRange`` axis), the way
   engine objects declare spaces;
 * ``recorded``: one registration per key, each a single point, the shape of a
-  manifest written by recording a run (one entry per specialization).
+  manifest written by recording a run (one entry per specialization);
+* ``replayed``: the manifest's ``recorded`` section, one ``"key"`` entry per
+  key (a wrapped kernel's ``CompileKey``, as ``warmkit record`` writes it);
+* ``raw``: the ``recorded`` section with one ``"raw"`` entry per key (a raw
+  function's specialization, as the Triton backend records a ``@triton.jit``
+  kernel), replayed by the no-op backend ``scale`` (``ScaleBackend``, put in
+  place with ``warmkit.testing.backend_override``): its ``recorded_kernel``
+  reads the entry's ``spec`` as a plugin does.
 
 Per phase, the median over ``--runs`` runs (>= 5) in one process; the memory
 per key is the peak traced by ``tracemalloc`` over load + warmup + report,
@@ -52,6 +59,7 @@ from _common import emit, parser, stats, table
 
 import warmkit
 from warmkit._record import resolve_recorded
+from warmkit.testing import backend_override
 
 GOAL_US_PER_KEY = 20.0
 GOAL_BYTES_PER_KEY = 2048
@@ -77,6 +85,60 @@ class ScaleKernel(warmkit.JitKernel):
         return key
 
 
+class RawKernel(warmkit.JitKernel):
+    """What ``ScaleBackend`` replays a raw entry as: a kernel of backend ``scale``."""
+
+    name = "benchmarks.scale.RawKernel"
+    backend = "scale"
+
+    @attrs.frozen
+    class CompileKey:
+        fn: str
+        index: int
+        dtype: str
+        num_warps: int
+
+    def dispatch(self, *, fn, index, dtype="float16", num_warps=4):
+        return self.CompileKey(fn, index, dtype, num_warps)
+
+
+class ScaleBackend:
+    """Backend ``scale``: compiles nothing, replays raw entries (``RecordReplay``)."""
+
+    name = "scale"
+
+    def __init__(self) -> None:
+        self._kernel = RawKernel()
+
+    def available(self) -> warmkit.BackendStatus:
+        return warmkit.BackendStatus(ok=True, reason="benchmarks/scale.py: a no-op backend")
+
+    def default_target(self) -> str | None:
+        return None
+
+    def parallelism(self, target: str | None) -> int:
+        return os.cpu_count() or 1
+
+    def compile_scope(self, target: str | None, jobs: int) -> Any:
+        return contextlib.nullcontext()
+
+    def compile(self, kernel: Any, key: Any, target: str | None) -> Any:
+        return key
+
+    def recorded_kernel(self, entry: Any) -> tuple[Any, Any]:
+        spec = entry.spec  # a fresh copy, the entry's public view (the Triton backend's too)
+        args = spec["args"]
+        key = RawKernel.CompileKey(
+            entry.kernel, args["index"], args["dtype"], spec["options"]["num_warps"]
+        )
+        return self._kernel, key
+
+
+def clear_executors() -> None:
+    ScaleKernel.clear_executors()
+    RawKernel.clear_executors()
+
+
 def build(n: int, shape: str) -> warmkit.WarmupRegistry:
     registry = warmkit.WarmupRegistry()
     kernel = ScaleKernel()
@@ -86,6 +148,19 @@ def build(n: int, shape: str) -> warmkit.WarmupRegistry:
     elif shape == "recorded":
         for i in range(n):
             registry.add(kernel, index=i, block=128, dtype="float16")
+    elif shape == "raw":  # raw functions' specializations, as the Triton backend records them
+        from warmkit._record import RecordedEntry
+
+        for i in range(n):
+            registry.add_recorded(
+                RecordedEntry.make(
+                    backend="scale",
+                    kind="raw",
+                    kernel="benchmarks.scale:raw_fn",
+                    name="raw_fn",
+                    spec={"args": {"index": i, "dtype": "float16"}, "options": {"num_warps": 4}},
+                )
+            )
     else:  # "replayed": the manifest's `recorded` section, as `warmkit record` writes it
         from warmkit._plugins import kernel_ref
         from warmkit._record import RecordedEntry, encode_key
@@ -107,12 +182,16 @@ def build(n: int, shape: str) -> warmkit.WarmupRegistry:
 
 def pipeline(path: Path, config: warmkit.WarmupConfig) -> tuple[dict[str, float], int]:
     """load -> warmup (plans inside) -> report; seconds per phase and the number of keys."""
-    ScaleKernel.clear_executors()
+    clear_executors()
     c0 = time.process_time()
     t0 = time.perf_counter()
     registry = warmkit.WarmupRegistry.load(path)
     t1 = time.perf_counter()
-    with open(os.devnull, "w") as sink, contextlib.redirect_stderr(sink):
+    with (
+        open(os.devnull, "w") as sink,
+        contextlib.redirect_stderr(sink),
+        backend_override("scale", ScaleBackend()),
+    ):
         report = warmkit.warmup(config, registry)
     t2 = time.perf_counter()
     report.table()
@@ -137,7 +216,8 @@ def measure(n: int, shape: str, runs: int, tmp: Path) -> dict[str, Any]:
         registry.save(path)
         t2 = time.perf_counter()
         keys = sum(len(k) for k in registry.plan().values())
-        keys += len(resolve_recorded(registry.recorded()))  # planning a recorded section
+        with backend_override("scale", ScaleBackend()):  # planning a recorded section
+            keys += len(resolve_recorded(registry.recorded()))
         t3 = time.perf_counter()
         assert keys == n, f"{shape}: planned {keys} keys, expected {n}"
         del registry
@@ -152,12 +232,12 @@ def measure(n: int, shape: str, runs: int, tmp: Path) -> dict[str, Any]:
         # what a serving engine pays at startup: load the manifest, warm up, report
         samples["total"].append(phases["load"] + phases["warmup"] + phases["report"])
     gc.collect()
-    ScaleKernel.clear_executors()
+    clear_executors()
     tracemalloc.start()
     pipeline(path, config)
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
-    ScaleKernel.clear_executors()
+    clear_executors()
     med = {k: stats(v) for k, v in samples.items()}
     return {
         "keys": n,
@@ -217,7 +297,7 @@ def main() -> None:
     p = parser(__doc__.splitlines()[0])
     p.add_argument("--keys", default="10,1000,10000,100000", help="comma-separated key counts")
     p.add_argument("--plan-only", type=int, default=1_000_000, help="keys for planning alone")
-    p.add_argument("--shapes", default="declared,recorded,replayed")
+    p.add_argument("--shapes", default="declared,recorded,replayed,raw")
     p.add_argument(
         "--instructions",
         metavar="N1,N2",

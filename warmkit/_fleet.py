@@ -110,6 +110,9 @@ class Fleet:
         self._stop = threading.Event()
         self._renewer: threading.Thread | None = None
         self._checked_dirs: set[Path] = set()
+        # id(backend) -> (backend, whether it has cache entries): one capability check per
+        # backend, not per key; the reference keeps the id from being reused meanwhile
+        self._entries: dict[int, tuple[Any, bool]] = {}
         self.counts: dict[str, int] = {}
         if store is not None and not read_only:
             try:
@@ -293,7 +296,12 @@ class Fleet:
             return self._through_store(plain, backend, ek, store_key, name, key, target)
 
     def _entry_key(self, backend: Any, kernel: Any, key: Any, target: str | None) -> str | None:
-        if backend is None or not _supports_entries(backend):
+        if backend is None:
+            return None
+        known = self._entries.get(id(backend))
+        if known is None:
+            known = self._entries[id(backend)] = (backend, _supports_entries(backend))
+        if not known[1]:
             return None
         if kernel._warmkit_in_memory(key, target):
             return None

@@ -246,7 +246,7 @@ class RecordedEntry:
         except ValueError as exc:
             where = f"recorded entry {index}"
             raise ManifestError(f"{where} ({data.get('name')!r}): {exc}", path=path) from exc
-        if keep:
+        if keep and entry.kind == "key":  # as _parse_groups: only a key entry's is read again
             object.__setattr__(entry, "_parsed", spec)
         # Computed here, not through the cached property's lookup (2 us an entry).
         ident = _entry_id(entry.backend, entry.kind, entry.kernel, spec_json, entry.target)
@@ -373,6 +373,9 @@ def _parse_groups(items: list[Any], path: Any, keep: bool) -> list[RecordedEntry
         tail = f",{_canonical(t.target)}]"
         backend, kind, kernel, name, target = t.backend, t.kind, t.kernel, t.name, t.target
         replayable, reason = t.replayable, t.reason
+        # Only a "key" entry's parsed spec is read again (resolve_recorded); a raw entry's
+        # backend reads entry.spec itself, so keeping its parse would only cost memory.
+        kept = keep and kind == "key"
         for j, item in enumerate(group["entries"]):
             if not (
                 type(item) is list
@@ -408,7 +411,7 @@ def _parse_groups(items: list[Any], path: Any, keep: bool) -> list[RecordedEntry
             s_replayable(entry, replayable)
             s_reason(entry, reason)
             s_spec(entry, spec_json)
-            s_parsed(entry, spec if keep else None)
+            s_parsed(entry, spec if kept else None)
             s_id(entry, ident)
             out.append(entry)
     return out
@@ -700,6 +703,7 @@ def resolve_recorded(entries: Iterable[RecordedEntry]) -> list[RecordedItem]:
     # One lookup and one instance per kernel, not per entry: resolving a ref scans every
     # installed distribution's entry points (~50 ms), and a recording has an entry per key.
     kernels: dict[str, Any] = {}
+    backends: dict[str | None, Any] = {}  # each checked once, as RecordReplay
     make = RecordedItem._make
     for entry in entries:
         if not entry.replayable:
@@ -713,13 +717,17 @@ def resolve_recorded(entries: Iterable[RecordedEntry]) -> list[RecordedItem]:
                 spec = entry._parsed if entry._parsed is not None else entry.spec
                 key = decode_key(type(kernel), spec["key"])
             else:
-                if entry.backend is None:
-                    raise ValueError("a raw recorded entry must name its backend")
-                backend = get_backend(entry.backend, kernel=entry.name)
-                if not isinstance(backend, RecordReplay):
-                    raise BackendNotImplementedError(
-                        entry.backend, f"backend {entry.backend!r} cannot replay recorded kernels"
-                    )
+                backend = backends.get(entry.backend)
+                if backend is None:  # the first entry of its backend (a failure: every entry)
+                    if entry.backend is None:
+                        raise ValueError("a raw recorded entry must name its backend")
+                    backend = get_backend(entry.backend, kernel=entry.name)
+                    if not isinstance(backend, RecordReplay):
+                        raise BackendNotImplementedError(
+                            entry.backend,
+                            f"backend {entry.backend!r} cannot replay recorded kernels",
+                        )
+                    backends[entry.backend] = backend
                 kernel, key = backend.recorded_kernel(entry)
         except Exception as exc:  # noqa: BLE001 - reported as this entry's failure
             items.append(RecordedItem(entry, error=exc))

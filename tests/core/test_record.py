@@ -218,9 +218,43 @@ def test_a_stale_recorded_entry_fails_alone_in_collect_mode(tmp_path: Path) -> N
 
 
 def test_resolve_recorded_reports_a_backend_without_replay(fake_backend) -> None:
-    entry = RecordedEntry.make(backend="fake", kind="raw", kernel="m:f", name="m.f", spec={})
-    (item,) = resolve_recorded([entry])
-    assert item.kernel is None and "cannot replay recorded kernels" in str(item.error)
+    entries = [
+        RecordedEntry.make(backend="fake", kind="raw", kernel="m:f", name="m.f", spec={"n": n})
+        for n in (1, 2)
+    ]
+    items = resolve_recorded(entries)
+    assert [item.entry for item in items] == entries  # each entry fails, the second one too
+    for item in items:
+        assert item.kernel is None and "cannot replay recorded kernels" in str(item.error)
+
+
+class _Replays(_kernels.FakeBackend):
+    """A backend that replays raw entries as PyKernel keys, flagged by which backend it is."""
+
+    def __init__(self, flag: bool) -> None:
+        super().__init__()
+        self.flag = flag
+
+    def recorded_kernel(self, entry: Any) -> tuple[Any, Any]:
+        return _kernels.PyKernel(), _kernels.PyKernel.CompileKey(entry.spec["n"], self.flag)
+
+
+def test_resolve_recorded_asks_each_raw_entrys_own_backend() -> None:
+    from warmkit.testing import backend_override
+
+    def raw(backend: str, n: int) -> RecordedEntry:
+        return RecordedEntry.make(
+            backend=backend, kind="raw", kernel="m:f", name="f", spec={"n": n}
+        )
+
+    with backend_override("yes", _Replays(True)), backend_override("no", _Replays(False)):
+        items = resolve_recorded([raw("yes", 1), raw("no", 2), raw("yes", 3), raw("gone", 4)])
+    assert [item.key for item in items[:3]] == [
+        _kernels.PyKernel.CompileKey(1, True),
+        _kernels.PyKernel.CompileKey(2, False),
+        _kernels.PyKernel.CompileKey(3, True),
+    ]
+    assert items[3].key is None and isinstance(items[3].error, warmkit.BackendUnavailableError)
 
 
 def test_encode_key_refuses_non_keys() -> None:
