@@ -9,7 +9,7 @@ loading the manifest, planning (``dispatch`` per point), the warmup's
 orchestration per key (the worker pool, the per-key report entry, the progress
 bar), and the report (``table()`` and ``to_json()``).
 
-Two shapes of manifest, for N keys:
+The shapes of manifest, for N keys:
 
 * ``declared``: one registration per 100 keys (an ``IntRange`` axis), the way
   engine objects declare spaces;
