@@ -137,6 +137,14 @@ def test_the_guard_leaves_a_replacement_made_inside_it(monkeypatch):
             ast.parse = theirs
         assert ast.parse is theirs  # not put back over someone else's replacement
         assert isinstance(ast.parse("1"), ast.Module)
+        with _compat.ast_parse_serialized():  # wraps theirs, which calls the old wrapper
+            assert ast.parse.__wrapped__ is theirs
+            done = []
+            t = threading.Thread(target=lambda: done.append(ast.parse("1")), daemon=True)
+            t.start()
+            t.join(10)  # the lock taken twice in one thread: re-entrant, no deadlock
+            assert len(done) == 1 and isinstance(done[0], ast.Module)
+        assert ast.parse is theirs
     finally:
         ast.parse = original
 
