@@ -188,8 +188,9 @@ class RecordedEntry:
     ) -> RecordedEntry:
         """Parse one entry of a manifest's ``recorded`` list.
 
-        ``keep``: the caller hands ``data`` over (it will never change it): the
-        entry keeps its parsed spec for :func:`resolve_recorded`.
+        ``keep``: the caller hands ``data`` over (it will never change it): a
+        ``"key"`` entry keeps its parsed spec for :func:`resolve_recorded` (a raw
+        entry's backend reads ``spec`` itself).
 
         Raises:
             ManifestError: a missing or mistyped field, naming the entry.
