@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from . import _envs
-from ._backend import FleetCapable, ReportsCacheHit
+from ._backend import FleetCapable
 from ._exceptions import (
     BundleError,
     CacheMissError,
@@ -79,7 +79,9 @@ def _supports_entries(backend: Any) -> bool:
 
 
 def _cache_hit(executor: Any) -> bool:
-    return isinstance(executor, ReportsCacheHit) and executor.cache_hit is True
+    # = isinstance(executor, ReportsCacheHit) and executor.cache_hit is True (one member),
+    # without the protocol check per key
+    return getattr(executor, "cache_hit", None) is True
 
 
 def _read_files(files: Mapping[str, Path]) -> dict[str, bytes]:

@@ -28,6 +28,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 from . import _envs, _memo, monitor
 from ._backend import ReportsTuning, current_target
 from ._exceptions import KernelDefinitionError
+from ._plugins import get_backend
 from ._record import active_recorder, key_entry
 from ._registry import active_registry, check_registration, warn_unregistered
 from ._space import DispatchInfo, expand
@@ -176,8 +177,6 @@ class JitKernel(Generic[K]):
         The default delegates to the ``backend`` plugin, for the target of the
         warmup in progress (``warmkit.current_target()``; ``None`` = this device).
         """
-        from ._plugins import get_backend
-
         cls = self._concrete()
         backend = get_backend(cls.backend, kernel=cls.name)  # type: ignore[arg-type]
         return backend.compile(self, key, current_target())

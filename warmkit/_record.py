@@ -40,6 +40,7 @@ import attrs
 from ._codec import (
     _canonical,
     _canonical_cached,
+    _decode_canonical,
     _encode_parsed,
     decode_key,
     decode_value,
@@ -160,7 +161,7 @@ class RecordedEntry:
     @property
     def spec(self) -> dict[str, Any]:
         """The specialization's JSON data (a fresh copy)."""
-        return json.loads(self.spec_json)
+        return _decode_canonical(self.spec_json)
 
     @functools.cached_property
     def id(self) -> str:

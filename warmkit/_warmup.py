@@ -562,8 +562,11 @@ class _Run:
                 )
             if in_worker == "compiled":  # the parent's compile was the worker's cache hit
                 status = "compiled"
-            tuning = executor.tuning if isinstance(executor, ReportsTuning) else None
-            if tuning is not None and not isinstance(tuning, str):
+            # The protocol is checked only for an executor that says something (most do not).
+            tuning = getattr(executor, "tuning", None)
+            if tuning is not None and not (
+                isinstance(tuning, str) and isinstance(executor, ReportsTuning)
+            ):
                 tuning = None
             return ReportEntry(
                 name,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import multiprocessing
+import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -287,6 +288,22 @@ def test_the_encoder_for_parsed_json_agrees_with_the_canonical_one(data) -> None
     for encode in (_encode_parsed, _encode_canonical):  # both refuse what JSON cannot hold
         with pytest.raises(ValueError, match="Out of range float"):
             encode([parsed, float("inf")])
+
+
+@given(json_data, st.sampled_from(["", " ", "\n", "x", "]", " 1"]))
+def test_the_decoder_for_canonical_json_is_json_loads(data, around) -> None:
+    from warmkit._codec import _canonical, _decode_canonical
+
+    text = _canonical(data)
+    assert _decode_canonical(text) == json.loads(text)
+    for other in (around + text, text + around, around):  # not canonical: json.loads decides
+        try:
+            expected = json.loads(other)
+        except json.JSONDecodeError as exc:
+            with pytest.raises(json.JSONDecodeError, match=re.escape(exc.msg)):
+                _decode_canonical(other)
+        else:
+            assert _decode_canonical(other) == expected
 
 
 @pytest.mark.parametrize("keep", [False, True])
