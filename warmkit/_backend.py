@@ -338,6 +338,26 @@ class ReportsTuning(_Capability, Protocol):
     autotune_seconds: float
 
 
+def reports_cache_hit(executor: Any) -> bool:
+    """``isinstance(executor, ReportsCacheHit) and executor.cache_hit is True``, per key cheaply.
+
+    The protocol has one member, so reading it is its check: warmup asks this
+    of every key's executor, and a protocol check costs a Python call (~0.5 us).
+    """
+    return getattr(executor, "cache_hit", None) is True
+
+
+def reported_tuning(executor: Any) -> str | None:
+    """The executor's ``tuning`` if it is a ``ReportsTuning`` whose ``tuning`` is a string.
+
+    The protocol is checked only for an executor that has a ``tuning`` (most have none).
+    """
+    tuning = getattr(executor, "tuning", None)
+    if tuning is None or not isinstance(tuning, str) or not isinstance(executor, ReportsTuning):
+        return None
+    return tuning
+
+
 @runtime_checkable
 class TunedResults(_Capability, Protocol):
     """Optional: tuned results (autotune winners) among a cache directory's entries, for bundles."""

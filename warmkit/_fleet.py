@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from . import _envs
-from ._backend import FleetCapable
+from ._backend import FleetCapable, reports_cache_hit
 from ._exceptions import (
     BundleError,
     CacheMissError,
@@ -76,12 +76,6 @@ def current_fleet() -> Fleet | None:
 
 def _supports_entries(backend: Any) -> bool:
     return isinstance(backend, FleetCapable)
-
-
-def _cache_hit(executor: Any) -> bool:
-    # = isinstance(executor, ReportsCacheHit) and executor.cache_hit is True (one member),
-    # without the protocol check per key
-    return getattr(executor, "cache_hit", None) is True
 
 
 def _read_files(files: Mapping[str, Path]) -> dict[str, bytes]:
@@ -262,12 +256,12 @@ class Fleet:
 
         def plain() -> tuple[Any, bool]:
             executor, cached = kernel._warmkit_compile(key, target)
-            return executor, cached or _cache_hit(executor)
+            return executor, cached or reports_cache_hit(executor)
 
         ek = None if backend is None else self._entry_key(backend, kernel, key, target)
         if ek is None:
             executor, cached = kernel._warmkit_compile(key, target)
-            hit = cached or _cache_hit(executor)
+            hit = cached or reports_cache_hit(executor)
             if self.read_only and not hit:
                 name = type(kernel).name
                 raise CacheMissError(

@@ -48,6 +48,14 @@ from ._codec import (
     encode_value,
 )
 from ._exceptions import ManifestError
+from ._manifest import (
+    GROUP_FIELDS,
+    manifest_text,
+    parse_manifest_text,
+    read_manifest_text,
+    split_written,
+    write_atomic,
+)
 
 __all__ = [
     "RecordedEntry",
@@ -294,90 +302,17 @@ def unsupported_version(version: Any, path: Any) -> ManifestError:
     )
 
 
-# A version-2 group: the fields its entries share (the rest of RecordedEntry, but spec).
-_GROUP_FIELDS = ("backend", "kind", "kernel", "name", "target", "replayable")
-
-
-def recorded_groups(entries: Iterable[RecordedEntry]) -> list[dict[str, Any]]:
-    """The version-2 ``recorded`` section: entries grouped by the fields they share.
-
-    Each group is ``{backend, kind, kernel, name, target, replayable[, reason],
-    entries: [[id, spec], ...]}``, in the order its first entry came; its
-    entries keep their order.
-    """
-    groups: dict[tuple[Any, ...], dict[str, Any]] = {}
-    for e in entries:
-        head = (e.backend, e.kind, e.kernel, e.name, e.target, e.replayable, e.reason)
-        group = groups.get(head)
-        if group is None:
-            group = groups[head] = dict(zip(_GROUP_FIELDS, head, strict=False))
-            if e.reason is not None:
-                group["reason"] = e.reason
-            group["entries"] = []
-        group["entries"].append([e.id, e.spec])
-    return list(groups.values())
-
-
-def manifest_text(data: Mapping[str, Any], entries: Iterable[RecordedEntry]) -> str:
-    """The manifest file: ``data`` (without ``recorded``) and ``entries`` as version-2 groups.
-
-    One line per recorded entry, its spec as the canonical JSON already held
-    (nothing is decoded and encoded again).
-
-    Raises:
-        ValueError: data that is not JSON (NaN included).
-    """
-    text = json.dumps(data, indent=2, allow_nan=False)
-    groups: dict[tuple[Any, ...], list[str]] = {}
-    for e in entries:
-        head = (e.backend, e.kind, e.kernel, e.name, e.target, e.replayable, e.reason)
-        lines = groups.get(head)
-        if lines is None:
-            lines = groups[head] = []
-        lines.append(f'      ["{e.id}", {e.spec_json}]')
-    if not groups:
-        return text + "\n"
-    parts = []
-    for head, lines in groups.items():
-        header = dict(zip(_GROUP_FIELDS, head, strict=False))
-        if head[-1] is not None:
-            header["reason"] = head[-1]
-        body = ",\n".join(lines)
-        parts.append(f'    {json.dumps(header)[:-1]}, "entries": [\n{body}\n    ]}}')
-    section = ",\n".join(parts)
-    return f'{text[: text.rindex("}")].rstrip()},\n  "recorded": [\n{section}\n  ]\n}}\n'
-
-
 def _parse_groups(items: list[Any], path: Any, keep: bool) -> list[RecordedEntry]:
     """Version-2 groups into entries: each group checked once, each entry's id recomputed."""
     out: list[RecordedEntry] = []
     encode = _encode_parsed if keep else _canonical
-    sha256, new = hashlib.sha256, object.__new__
-    # The slots' own setters: an entry of a checked group is built without attrs' checks.
-    slots = RecordedEntry.__dict__
-    fields = (*_GROUP_FIELDS, "reason", "spec_json", "_parsed", "id")
-    (
-        s_backend,
-        s_kind,
-        s_kernel,
-        s_name,
-        s_target,
-        s_replayable,
-        s_reason,
-        s_spec,
-        s_parsed,
-        s_id,
-    ) = (slots[f].__set__ for f in fields)
+    sha256 = hashlib.sha256
     for g, group in enumerate(items):
         t = _group_template(group, g, path)
         where = f"recorded group {g} (kernel {t.kernel!r})"
-        head = _id_head(t.backend, t.kind, t.kernel)
-        tail = f",{_canonical(t.target)}]"
-        backend, kind, kernel, name, target = t.backend, t.kind, t.kernel, t.name, t.target
-        replayable, reason = t.replayable, t.reason
-        # Only a "key" entry's parsed spec is read again (resolve_recorded); a raw entry's
-        # backend reads entry.spec itself, so keeping its parse would only cost memory.
-        kept = keep and kind == "key"
+        head, tail = _id_parts(t)
+        pairs: list[tuple[str, str]] = []
+        parsed: list[Any] = []
         for j, item in enumerate(group["entries"]):
             if not (
                 type(item) is list
@@ -403,19 +338,103 @@ def _parse_groups(items: list[Any], path: Any, keep: bool) -> list[RecordedEntry
                     "the entry was modified; re-record it",
                     path=path,
                 )
-            # The group's fields were checked by RecordedEntry() once; this is that entry.
-            entry = new(RecordedEntry)
-            s_backend(entry, backend)
-            s_kind(entry, kind)
-            s_kernel(entry, kernel)
-            s_name(entry, name)
-            s_target(entry, target)
-            s_replayable(entry, replayable)
-            s_reason(entry, reason)
-            s_spec(entry, spec_json)
-            s_parsed(entry, spec if kept else None)
-            s_id(entry, ident)
-            out.append(entry)
+            pairs.append((ident, spec_json))
+            parsed.append(spec)
+        # Only a "key" entry's parsed spec is read again (resolve_recorded); a raw entry's
+        # backend reads entry.spec itself, so keeping its parse would only cost memory.
+        _add_group(out, t, pairs, parsed if keep and t.kind == "key" else None)
+    return out
+
+
+def _id_parts(t: RecordedEntry) -> tuple[str, str]:
+    """What comes before and after the spec in the text an id hashes (``_entry_id``)."""
+    return _id_head(t.backend, t.kind, t.kernel), f",{_canonical(t.target)}]"
+
+
+def _add_group(
+    out: list[RecordedEntry],
+    t: RecordedEntry,
+    pairs: list[tuple[str, str]],
+    parsed: list[Any] | None,
+) -> None:
+    """Append a checked group's entries: ``t`` holds their fields, each id matches its spec."""
+    new = object.__new__
+    # The slots' own setters: the group's fields were checked by RecordedEntry() once (t).
+    slots = RecordedEntry.__dict__
+    fields = (*GROUP_FIELDS, "reason", "spec_json", "_parsed", "id")
+    (
+        s_backend,
+        s_kind,
+        s_kernel,
+        s_name,
+        s_target,
+        s_replayable,
+        s_reason,
+        s_spec,
+        s_parsed,
+        s_id,
+    ) = (slots[f].__set__ for f in fields)
+    backend, kind, kernel, name, target = t.backend, t.kind, t.kernel, t.name, t.target
+    replayable, reason = t.replayable, t.reason
+    for i, (ident, spec_json) in enumerate(pairs):
+        entry = new(RecordedEntry)
+        s_backend(entry, backend)
+        s_kind(entry, kind)
+        s_kernel(entry, kernel)
+        s_name(entry, name)
+        s_target(entry, target)
+        s_replayable(entry, replayable)
+        s_reason(entry, reason)
+        s_spec(entry, spec_json)
+        s_parsed(entry, None if parsed is None else parsed[i])
+        s_id(entry, ident)
+        out.append(entry)
+
+
+def read_manifest(path: str | os.PathLike[str]) -> tuple[Any, list[RecordedEntry] | None]:
+    """The manifest at ``path``: its data, and its recorded entries if its text is as written.
+
+    For a text exactly as ``manifest_text`` writes it (``_manifest.split_written``),
+    each entry's id is checked against its spec's text as written, which is
+    the canonical JSON the id was made from: nothing is parsed and encoded
+    again, and a ``"key"`` group's specs are parsed in one call. The data's
+    ``recorded`` groups then list no entries (for the schema's check of their
+    fields). Otherwise, or if any field or id does not check out, the entries
+    are None: ``parse_recorded(data)`` reads the section and reports what is wrong.
+
+    Raises:
+        ManifestError: unreadable or not JSON.
+    """
+    text = read_manifest_text(path)
+    split = split_written(text)
+    if split is not None and split[0].get("version") == 2:
+        head, groups = split
+        entries = _written_entries(groups, path)
+        if entries is not None:
+            return head | {"recorded": [{**h, "entries": []} for h, _ in groups]}, entries
+    return parse_manifest_text(text, path), None
+
+
+def _written_entries(
+    groups: list[tuple[dict[str, Any], list[tuple[str, str]]]], path: Any
+) -> list[RecordedEntry] | None:
+    """The entries of ``split_written``'s groups, each id checked; None at the first doubt."""
+    out: list[RecordedEntry] = []
+    sha256 = hashlib.sha256
+    for g, (header, pairs) in enumerate(groups):
+        try:
+            t = _group_template({**header, "entries": []}, g, path)
+        except ManifestError:
+            return None  # parse_recorded says what is wrong with it
+        head, tail = _id_parts(t)
+        for ident, spec in pairs:
+            if sha256(f"{head}{spec}{tail}".encode()).hexdigest()[:24] != ident:
+                return None  # edited, damaged, or re-spaced: parse_recorded decides
+        parsed = None
+        if t.kind == "key":
+            # each spec hashed to its id, so each is the canonical JSON of one object
+            parsed = json.loads(f"[{','.join(spec for _, spec in pairs)}]")
+        _add_group(out, t, pairs, parsed)
     return out
 
 
@@ -459,7 +478,8 @@ def read_recorded(path: str | os.PathLike[str]) -> list[RecordedEntry]:
     Raises:
         ManifestError: unreadable, not a manifest, or a malformed entry.
     """
-    return parse_recorded(read_manifest_data(path), path=path, keep=True)
+    data, entries = read_manifest(path)
+    return entries if entries is not None else parse_recorded(data, path=path, keep=True)
 
 
 def expand_path(path: str | os.PathLike[str], rank: int | None = None) -> Path:
@@ -553,7 +573,7 @@ class Recorder:
         with FileLock(str(self.path) + ".lock"):
             data: dict[str, Any]
             if self.path.exists():
-                data = read_manifest_data(self.path)
+                data, stored = read_manifest(self.path)
                 if not isinstance(data, dict) or data.get("format") != MANIFEST_FORMAT:
                     raise ManifestError(
                         f"not a warmkit manifest (format must be {MANIFEST_FORMAT!r}); refusing "
@@ -563,7 +583,9 @@ class Recorder:
                 if data.get("version") not in READ_VERSIONS:
                     raise unsupported_version(data.get("version"), self.path)
                 # Checked, not copied blindly: a damaged entry is refused, never carried on.
-                existing = parse_recorded(data, path=self.path, keep=True)
+                existing = stored
+                if existing is None:
+                    existing = parse_recorded(data, path=self.path, keep=True)
             else:
                 data = {
                     "format": MANIFEST_FORMAT,
@@ -580,35 +602,6 @@ class Recorder:
                 "version": MANIFEST_VERSION
             }
             write_atomic(self.path, manifest_text(data, existing + added))
-
-
-def read_manifest_data(path: str | os.PathLike[str]) -> Any:
-    """The parsed JSON of the manifest at ``path`` (its format is checked by the reader).
-
-    Raises:
-        ManifestError: unreadable or not JSON.
-    """
-    try:
-        return json.loads(Path(path).read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ManifestError(f"cannot read manifest: {exc.strerror or exc}", path=path) from exc
-    except json.JSONDecodeError as exc:
-        raise ManifestError(f"invalid JSON: {exc}", path=path) from exc
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file in its directory and ``os.replace``."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except OSError as exc:
-        raise OSError(exc.errno, f"cannot write {path}: {exc.strerror or exc}") from exc
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def start_recording(path: str | os.PathLike[str]) -> Recorder:

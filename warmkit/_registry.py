@@ -27,17 +27,15 @@ import attrs
 
 from ._codec import _AS_IS, decode_value, encode_value
 from ._exceptions import ManifestError, PluginLoadError
+from ._manifest import manifest_text, recorded_groups, write_atomic
 from ._record import (
     MANIFEST_FORMAT,
     MANIFEST_VERSION,
     READ_VERSIONS,
     RecordedEntry,
-    manifest_text,
     parse_recorded,
-    read_manifest_data,
-    recorded_groups,
+    read_manifest,
     unsupported_version,
-    write_atomic,
 )
 from ._space import Choices, IntRange, ZipGroup, _names, check_keyword_names
 from ._version import __version__
@@ -366,8 +364,11 @@ class WarmupRegistry:
         return cls._from_data(data, path, keep=False)
 
     @classmethod
-    def _from_data(cls, data: Any, path: Any, *, keep: bool) -> WarmupRegistry:
-        # keep: data was just read from a file, so recorded entries may keep their parsed specs
+    def _from_data(
+        cls, data: Any, path: Any, *, keep: bool, entries: list[RecordedEntry] | None = None
+    ) -> WarmupRegistry:
+        # keep: data was just read from a file, so recorded entries may keep their parsed specs;
+        # entries: its recorded section, already read and checked (read_manifest)
         from ._plugins import load_kernel
 
         if not isinstance(data, dict) or data.get("format") != MANIFEST_FORMAT:
@@ -381,7 +382,9 @@ class WarmupRegistry:
         validate_manifest(data, path=path)
         registry = cls()
         recorded = registry._recorded
-        for entry in parse_recorded(data, path=path, keep=keep):
+        if entries is None:
+            entries = parse_recorded(data, path=path, keep=keep)
+        for entry in entries:
             recorded.setdefault(entry.id, entry)  # as add_recorded: the first of an id stays
         # One lookup per kernel, not per entry: resolving a ref reads every installed
         # distribution's entry points (~50 ms), and a recorded manifest has an entry per key.
@@ -473,7 +476,8 @@ class WarmupRegistry:
         from ._plugins import one_scan
 
         with _gc_paused(), one_scan():
-            return cls._from_data(read_manifest_data(path), path, keep=True)
+            data, entries = read_manifest(path)
+            return cls._from_data(data, path, keep=True, entries=entries)
 
 
 @contextlib.contextmanager

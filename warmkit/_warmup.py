@@ -18,7 +18,7 @@ from contextlib import nullcontext
 from typing import Any
 
 from . import _envs, _memo, metrics, monitor
-from ._backend import CanonicalTargets, ReportsTuning
+from ._backend import CanonicalTargets, reported_tuning
 from ._compat import ast_parse_serialized
 from ._config import WarmupConfig
 from ._exceptions import BackendUnavailableError, WarmupError
@@ -562,12 +562,7 @@ class _Run:
                 )
             if in_worker == "compiled":  # the parent's compile was the worker's cache hit
                 status = "compiled"
-            # The protocol is checked only for an executor that says something (most do not).
-            tuning = getattr(executor, "tuning", None)
-            if tuning is not None and not (
-                isinstance(tuning, str) and isinstance(executor, ReportsTuning)
-            ):
-                tuning = None
+            tuning = reported_tuning(executor)
             return ReportEntry(
                 name,
                 backend_name,

@@ -37,7 +37,7 @@ import time
 from typing import Any, Protocol, runtime_checkable
 
 from . import _envs
-from ._backend import Prepares, _Capability, target_scope
+from ._backend import Prepares, _Capability, reports_cache_hit, target_scope
 from ._exceptions import WorkerDiedError
 
 __all__ = [
@@ -161,7 +161,7 @@ def _compile_in_worker(
     # whose directory may have changed since this worker compiled the key last.
     with target_scope(target):
         executor = cls().compile(key)
-    hit = getattr(executor, "cache_hit", None) is True  # ReportsCacheHit
+    hit = reports_cache_hit(executor)
     return "cached" if hit else "compiled", os.getpid(), start, time.time()
 
 

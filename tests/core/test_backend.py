@@ -337,6 +337,8 @@ def test_the_core_reads_no_capability_with_getattr_or_hasattr():
 
     problems = []
     for path in sorted(Path(warmkit.__file__).parent.glob("*.py")):
+        if path.name == "_backend.py":  # the protocols' own readers (test below)
+            continue
         for node in ast.walk(ast.parse(path.read_text())):
             if (
                 isinstance(node, ast.Call)
@@ -347,3 +349,36 @@ def test_the_core_reads_no_capability_with_getattr_or_hasattr():
             ):
                 problems.append(f"{path.name}:{node.lineno}")
     assert not problems, problems
+
+
+def test_the_protocols_readers_agree_with_isinstance():
+    from warmkit._backend import ReportsCacheHit, ReportsTuning, reported_tuning, reports_cache_hit
+
+    class Slots:
+        __slots__ = ("autotune_seconds", "cache_hit", "tuning", "tuning_key")
+
+    def make(**attrs_):
+        obj = Slots()
+        for name, value in attrs_.items():
+            setattr(obj, name, value)
+        return obj
+
+    tuned = {"tuning_key": 1, "autotune_seconds": 0.0}
+    cases = [
+        object(),
+        make(cache_hit=True),
+        make(cache_hit=1),
+        make(cache_hit=False),
+        make(tuning="benchmarked", **tuned),
+        make(tuning="benchmarked"),  # not every member: not a ReportsTuning
+        make(tuning=3, **tuned),
+        make(tuning=None, **tuned),
+        make(cache_hit=True, tuning="stored", **tuned),
+    ]
+    for obj in cases:
+        hit = isinstance(obj, ReportsCacheHit) and obj.cache_hit is True
+        assert reports_cache_hit(obj) is hit, vars(obj) if hasattr(obj, "__dict__") else obj
+        tuning = obj.tuning if isinstance(obj, ReportsTuning) else None
+        assert reported_tuning(obj) == (tuning if isinstance(tuning, str) else None)
+    assert reported_tuning(make(tuning="benchmarked", **tuned)) == "benchmarked"
+    assert reports_cache_hit(make(cache_hit=True))
