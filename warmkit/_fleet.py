@@ -253,11 +253,6 @@ class Fleet:
             CacheMissError: read-only serving, and the key is not in the cache.
             StoreUnavailableError: the store is unreachable and ``store_required``.
         """
-
-        def plain() -> tuple[Any, bool]:
-            executor, cached = kernel._warmkit_compile(key, target)
-            return executor, cached or reports_cache_hit(executor)
-
         ek = None if backend is None else self._entry_key(backend, kernel, key, target)
         if ek is None:
             executor, cached = kernel._warmkit_compile(key, target)
@@ -271,6 +266,11 @@ class Fleet:
                     key=key,
                 )
             return executor, "cached" if hit else "compiled"
+
+        def plain() -> tuple[Any, bool]:
+            executor, cached = kernel._warmkit_compile(key, target)
+            return executor, cached or reports_cache_hit(executor)
+
         name = type(kernel).name
         if backend.entry_files(ek) is not None:
             return self._load(plain, "cached", name, key, ek)

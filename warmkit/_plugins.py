@@ -286,6 +286,11 @@ def get_backend(name: str, *, kernel: str | None = None) -> Backend:
             ``WARMKIT_PLUGINS``; the message names the kernel and the install hint.
         PluginLoadError: the backend's plugin failed to import.
     """
+    # A loaded one without the lock (a dict read is atomic): a kernel's default compile()
+    # asks for every key, and under the lock a reader would see the same value.
+    backend = _backends.get(name)
+    if backend is not None:
+        return backend
     with _lock:
         backend = _backends.get(name)
         if backend is not None:
