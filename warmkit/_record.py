@@ -432,8 +432,14 @@ def _written_entries(
                 return None  # edited, damaged, or re-spaced: parse_recorded decides
         parsed = None
         if t.kind == "key":
-            # each spec hashed to its id, so each is the canonical JSON of one object
-            parsed = json.loads(f"[{','.join(spec for _, spec in pairs)}]")
+            # Each spec hashed to its id, so each is the canonical JSON of one object, unless
+            # an id was made for other text on purpose: then the JSON reader refuses the file.
+            try:
+                parsed = json.loads(f"[{','.join(spec for _, spec in pairs)}]")
+            except ValueError:
+                return None
+            if len(parsed) != len(pairs) or not all(type(p) is dict for p in parsed):
+                return None
         _add_group(out, t, pairs, parsed)
     return out
 

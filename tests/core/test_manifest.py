@@ -168,3 +168,23 @@ def test_a_manifest_without_recorded_entries_is_read_as_json(tmp_path):
     assert split_written((tmp_path / "m.json").read_text()) is None
     assert read_manifest(tmp_path / "m.json")[1] is None
     assert len(warmkit.WarmupRegistry.load(tmp_path / "m.json").plan()) == 1
+
+
+def test_an_id_made_on_purpose_for_text_that_is_not_one_object_is_refused(tmp_path):
+    import hashlib
+
+    from warmkit._record import _id_parts
+
+    path, entries = _saved(tmp_path)
+    victim = entries[0]  # a "key" entry: its group's specs are parsed in one call
+    forged = victim.spec_json + ',{"x":1}'
+    head, tail = _id_parts(victim)
+    ident = hashlib.sha256(f"{head}{forged}{tail}".encode()).hexdigest()[:24]
+    text = _replace_once(
+        path.read_text(), f'["{victim.id}", {victim.spec_json}]', f'["{ident}", {forged}]'
+    )
+    path.write_text(text)
+    assert split_written(text) is not None  # the form is right, and so is the id's hash
+    assert read_manifest(path)[1] is None
+    with pytest.raises(warmkit.ManifestError, match=r"must be \[id, spec\]"):
+        warmkit.read_recorded(path)
