@@ -40,12 +40,14 @@ _SECTION_OPEN = '\n  "recorded": [\n'
 _SECTION_CLOSE = "\n  ]\n}\n"
 _ENTRIES_OPEN = ', "entries": ['
 _ENTRY_OPEN = '      ["'  # then the id (24 hex digits), '", ' and the spec
-# An entry's line, and a group's: its header, its entries' lines (all but the last
-# with a comma), its close, and a comma when another group follows.
-_ENTRY_LINE = r'      \["[0-9a-f]{24}", \{[^\n]*\}\]'
-_ENTRY = re.compile(r'      \["([0-9a-f]{24})", (\{[^\n]*\})\]')
+# An entry's line as manifest_text writes it (its id and its spec, which holds no newline),
+# and a group's: its header, its entries' lines (all but the last with a comma), its
+# close, and a comma when another group follows.
+_ENTRY_LINE = rf'{re.escape(_ENTRY_OPEN)}([0-9a-f]{{24}})", (\{{[^\n]*\}})\]'
+_ENTRY = re.compile(_ENTRY_LINE)
 _GROUP = re.compile(
-    rf'    (\{{[^\n]*), "entries": \[\n((?:{_ENTRY_LINE},\n)*{_ENTRY_LINE})\n    \]\}}(,\n|\n)'
+    rf"    (?P<header>\{{[^\n]*){re.escape(_ENTRIES_OPEN)}\n"
+    rf"(?P<entries>(?:{_ENTRY_LINE},\n)*{_ENTRY_LINE})\n    \]\}}(?P<sep>,\n|\n)"
 )
 
 
@@ -129,14 +131,14 @@ def split_written(
         if found is None:
             return None
         try:
-            header = json.loads(found[1] + "}")
+            header = json.loads(found["header"] + "}")
         except ValueError:
             return None
         if type(header) is not dict or "entries" in header:
             return None
-        groups.append((header, _ENTRY.findall(found[2])))
+        groups.append((header, _ENTRY.findall(found["entries"])))
         at = found.end()
-        if (found[3] == "\n") != (at == end):  # a comma after every group but the last
+        if (found["sep"] == "\n") != (at == end):  # a comma after every group but the last
             return None
     return (head, groups) if groups else None
 
