@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 import attrs
 
 from ._codec import _AS_IS, decode_value, encode_value
+from ._compat import process_froze_objects
 from ._exceptions import ManifestError, PluginLoadError
 from ._manifest import manifest_text, recorded_groups, write_atomic
 from ._record import (
@@ -496,7 +497,7 @@ def _gc_paused() -> Iterator[None]:
     try:
         yield
     finally:
-        if not gc.get_freeze_count():
+        if not process_froze_objects():
             # What the block made is long-lived: straight into the oldest generation (a
             # freeze and a thaw move it there without a walk), or the next young
             # collection walks all of it (~60 ms after a 100k-entry load).

@@ -19,7 +19,7 @@ from typing import Any
 
 from . import _envs, _memo, metrics, monitor
 from ._backend import CanonicalTargets, reported_tuning
-from ._compat import ast_parse_serialized
+from ._compat import ast_parse_serialized, process_froze_objects
 from ._config import WarmupConfig
 from ._exceptions import BackendUnavailableError, WarmupError
 from ._prepare import join as join_setup
@@ -86,11 +86,12 @@ def _kept_out_of_gc() -> Iterator[Callable[[bool], None]]:
     up should ``gc.collect()`` first.
 
     Nothing is frozen when the process froze objects itself (a pre-fork
-    server): ``gc.unfreeze`` would thaw those too. (A ``gc.freeze()`` another
+    server): ``gc.unfreeze`` would thaw those too. (CPython 3.12's own frozen
+    objects are not the process's: ``_compat.process_froze_objects``.) (A ``gc.freeze()`` another
     thread makes during the warmup is thawed by it: CPython has one permanent
     generation.)
     """
-    own = gc.isenabled() and not gc.get_freeze_count()
+    own = gc.isenabled() and not process_froze_objects()
     if not own:
         yield lambda collect=True: None
         return

@@ -23,8 +23,10 @@ from warmkit import (
     WarmupRegistry,
     monitor,
 )
+from warmkit import _compat as compat_module
 from warmkit import _plugins as plugins
 from warmkit import _warmup as warmup_module
+from warmkit._compat import process_froze_objects
 from warmkit.testing import backend_override
 
 from . import _kernels
@@ -301,7 +303,7 @@ def _compile_makes_cyclic_garbage(seen: list[int], dead: list[weakref.ref]):
 
 
 def test_warmup_keeps_what_it_holds_out_of_gc_walks_and_thaws_it_after(monkeypatch):
-    if gc.get_freeze_count() or not gc.isenabled():
+    if process_froze_objects() or not gc.isenabled():
         pytest.skip("the test process froze objects or disabled gc itself")
     monkeypatch.setattr(warmup_module, "_KEEP_EVERY", 2)
     seen: list[int] = []
@@ -317,7 +319,7 @@ def test_warmup_keeps_what_it_holds_out_of_gc_walks_and_thaws_it_after(monkeypat
 
 def test_garbage_is_collected_before_each_freeze_not_pinned_until_the_end(monkeypatch):
     """A frozen object is never collected: nothing may be garbage when it is frozen."""
-    if gc.get_freeze_count() or not gc.isenabled():
+    if process_froze_objects() or not gc.isenabled():
         pytest.skip("the test process froze objects or disabled gc itself")
     monkeypatch.setattr(warmup_module, "_KEEP_EVERY", 2)
     made: list[weakref.ref] = []
@@ -341,12 +343,31 @@ def test_garbage_is_collected_before_each_freeze_not_pinned_until_the_end(monkey
 
 
 def test_warmup_that_fails_thaws_too():
-    if gc.get_freeze_count():
+    if process_froze_objects():
         pytest.skip("the test process froze objects itself")
     PyKernel.fail_on = frozenset({P(2, False)})
     with pytest.raises(WarmupError):
         warmkit.warmup(cfg(on_error="raise"), reg_of((PyKernel, {"n": [1, 2, 3]})))
     assert gc.get_freeze_count() == 0
+
+
+def test_the_interpreters_own_frozen_objects_do_not_turn_the_freezing_off(monkeypatch):
+    """CPython 3.12 starts with its immortal type tuples frozen: they are not the process's."""
+    if process_froze_objects() or not gc.isenabled():
+        pytest.skip("the test process froze objects or disabled gc itself")
+    seen: list[int] = []
+    dead: list[weakref.ref] = []
+    PyKernel.hook = _compile_makes_cyclic_garbage(seen, dead)
+    gc.freeze()  # what the interpreter froze at startup, as 3.12's count reads it
+    monkeypatch.setattr(compat_module, "STARTUP_FROZEN", gc.get_freeze_count())
+    try:
+        reg = reg_of((PyKernel, {"n": [1, 2]}))  # made after: not frozen yet
+        warmkit.warmup(cfg(jobs=1), reg)
+        assert seen[0] > compat_module.STARTUP_FROZEN  # the warmup froze what existed before it
+        assert all(ref() is None for ref in dead)
+        assert gc.get_freeze_count() == 0  # and thawed it all after (3.12's tuples too)
+    finally:
+        gc.unfreeze()
 
 
 def test_warmup_never_thaws_what_the_process_froze():
