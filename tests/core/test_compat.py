@@ -71,6 +71,12 @@ def test_the_flag_names_exactly_the_cpythons_with_the_bug():
 
 
 @pytest.mark.skipif(not _compat.AST_PARSE_RACES, reason="this Python has the gh-106905 fix")
+@pytest.mark.skipif(
+    sys.version_info[:2] == (3, 12),
+    reason="3.12 collects garbage only at the eval breaker, never inside the conversion, so this "
+    "test's trigger (a finalizer in a collection there) cannot fire: no race in 20 s on 3.12.1 "
+    "(CPython lists 3.12.0-3.12.1 as affected, so the guard stays on there)",
+)
 def test_unguarded_concurrent_parses_fail_here(racy_interpreter):
     """The control: without the guard, this test's race does fail on this Python."""
     errors = race(2, 20.0)  # stops at the first error (~20 ms on the 2-core box)
