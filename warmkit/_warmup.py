@@ -86,9 +86,10 @@ def _kept_out_of_gc() -> Iterator[Callable[[bool], None]]:
     up should ``gc.collect()`` first.
 
     Nothing is frozen when the process froze objects itself (a pre-fork
-    server): ``gc.unfreeze`` would thaw those too. (CPython 3.12's own frozen
-    objects are not the process's: ``_compat.process_froze_objects``.) (A ``gc.freeze()`` another
-    thread makes during the warmup is thawed by it: CPython has one permanent
+    server): ``gc.unfreeze`` would thaw those too. CPython 3.12 starts with
+    objects of its own frozen, which do not count
+    (``_compat.process_froze_objects``). (A ``gc.freeze()`` another thread
+    makes during the warmup is thawed by it: CPython has one permanent
     generation.)
     """
     own = gc.isenabled() and not process_froze_objects()

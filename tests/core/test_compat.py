@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import gc
+import subprocess
 import sys
 import threading
 import time
@@ -182,3 +183,18 @@ def test_warmup_and_prepares_setup_run_under_the_guard(monkeypatch):
     _prepare._setup(None, ())
     assert in_setup == [True]
     assert ast.parse is original
+
+
+def test_a_fresh_process_has_frozen_nothing_of_its_own():
+    """What the interpreter froze at startup (3.12) is not taken for the process's own freeze."""
+    code = (
+        "import gc; n = gc.get_freeze_count(); import warmkit; from warmkit import _compat as c; "
+        "print(n, c.STARTUP_FROZEN, c.process_froze_objects()); gc.freeze(); "
+        "print(c.process_froze_objects())"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout.split()
+    startup, recorded, froze, froze_after = out
+    assert recorded == (startup if sys.version_info[:2] == (3, 12) else "0")
+    assert (froze, froze_after) == ("False", "True")
