@@ -20,7 +20,13 @@ def plot(doc: dict, out: Path) -> Path:
     results = doc["results"]
     goals = results["goals"]
     fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(11, 4.2))
-    for shape, marker in (("declared", "o"), ("recorded", "s"), ("replayed", "^"), ("raw", "D")):
+    for shape, marker in (
+        ("declared", "o"),
+        ("tuned", "v"),
+        ("recorded", "s"),
+        ("replayed", "^"),
+        ("raw", "D"),
+    ):
         rows = sorted((r for r in results["curve"] if r["shape"] == shape), key=lambda r: r["keys"])
         if not rows:
             continue

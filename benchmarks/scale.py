@@ -17,6 +17,9 @@ The shapes of manifest, for N keys:
   manifest written by recording a run (one entry per specialization);
 * ``replayed``: the manifest's ``recorded`` section, one ``"key"`` entry per
   key (a wrapped kernel's ``CompileKey``, as ``warmkit record`` writes it);
+* ``tuned``: as ``declared``, for an autotuned kernel: each key's executor
+  reports its tuning (``warmkit.ReportsTuning``, as the Triton backend's
+  autotuned executors do), which the warmup checks and the report carries;
 * ``raw``: the ``recorded`` section with one ``"raw"`` entry per key (a raw
   function's specialization, as the Triton backend records a ``@triton.jit``
   kernel), replayed by the no-op backend ``scale`` (``ScaleBackend``, put in
@@ -92,6 +95,25 @@ class ScaleKernel(warmkit.JitKernel):
         return key
 
 
+@attrs.frozen
+class TunedExecutor:
+    """What an autotuned key compiles to, as far as warmkit reads it (``ReportsTuning``)."""
+
+    key: Any
+    tuning: str = "cached"  # the winner came from the tuning cache: nothing benchmarked
+    tuning_key: Any = None
+    autotune_seconds: float = 0.0
+
+
+class TunedKernel(ScaleKernel):
+    """An autotuned kernel whose compile is a no-op: its executors report their tuning."""
+
+    name = "benchmarks.scale.TunedKernel"
+
+    def compile(self, key):
+        return TunedExecutor(key, tuning_key=key.block)
+
+
 class RawKernel(warmkit.JitKernel):
     """What ``ScaleBackend`` replays a raw entry as: a kernel of backend ``scale``."""
 
@@ -143,13 +165,14 @@ class ScaleBackend:
 
 def clear_executors() -> None:
     ScaleKernel.clear_executors()
+    TunedKernel.clear_executors()
     RawKernel.clear_executors()
 
 
 def build(n: int, shape: str) -> warmkit.WarmupRegistry:
     registry = warmkit.WarmupRegistry()
-    kernel = ScaleKernel()
-    if shape == "declared":
+    kernel = TunedKernel() if shape == "tuned" else ScaleKernel()
+    if shape in ("declared", "tuned"):
         for start in range(0, n, PER_REGISTRATION):
             registry.add(kernel, index=warmkit.IntRange(start, min(n, start + PER_REGISTRATION)))
     elif shape == "recorded":
@@ -223,6 +246,9 @@ def pipeline(path: Path, config: warmkit.WarmupConfig) -> tuple[dict[str, float]
     faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
     phases = {"load": t1 - t0, "warmup": t2 - t1, "report": t3 - t2, "cpu": cpu}
     phases |= {"gc": _collecting[0], "faults": faults}
+    # every key compiled, and a tuned kernel's keys report their tuning (the path measured)
+    tuned = (e.tuning == "cached" for e in report.entries if e.kernel == TunedKernel.name)
+    assert report.ok and all(tuned), report.table()
     return phases, len(report.entries)
 
 
@@ -325,7 +351,7 @@ def main() -> None:
     p = parser(__doc__.splitlines()[0])
     p.add_argument("--keys", default="10,1000,10000,100000", help="comma-separated key counts")
     p.add_argument("--plan-only", type=int, default=1_000_000, help="keys for planning alone")
-    p.add_argument("--shapes", default="declared,recorded,replayed,raw")
+    p.add_argument("--shapes", default="declared,tuned,recorded,replayed,raw")
     p.add_argument(
         "--instructions",
         metavar="N1,N2",
