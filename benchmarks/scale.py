@@ -100,7 +100,7 @@ class TunedExecutor:
     """What an autotuned key compiles to, as far as warmkit reads it (``ReportsTuning``)."""
 
     key: Any
-    tuning: str = "cached"  # the winner came from the tuning cache: nothing benchmarked
+    tuning: str = "stored"  # a stored tuning result was used: nothing benchmarked
     tuning_key: Any = None
     autotune_seconds: float = 0.0
 
@@ -247,7 +247,7 @@ def pipeline(path: Path, config: warmkit.WarmupConfig) -> tuple[dict[str, float]
     phases = {"load": t1 - t0, "warmup": t2 - t1, "report": t3 - t2, "cpu": cpu}
     phases |= {"gc": _collecting[0], "faults": faults}
     # every key compiled, and a tuned kernel's keys report their tuning (the path measured)
-    tuned = (e.tuning == "cached" for e in report.entries if e.kernel == TunedKernel.name)
+    tuned = (e.tuning == "stored" for e in report.entries if e.kernel == TunedKernel.name)
     assert report.ok and all(tuned), report.table()
     return phases, len(report.entries)
 
