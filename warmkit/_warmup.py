@@ -19,7 +19,7 @@ from typing import Any
 
 from . import _envs, _memo, metrics, monitor
 from ._backend import CanonicalTargets, reported_tuning
-from ._compat import ast_parse_serialized, process_froze_objects
+from ._compat import ast_parse_serialized, known_frozen, process_froze_objects
 from ._config import WarmupConfig
 from ._exceptions import BackendUnavailableError, WarmupError
 from ._prepare import join as join_setup
@@ -86,15 +86,17 @@ def _kept_out_of_gc() -> Iterator[Callable[[bool], None]]:
     up should ``gc.collect()`` first.
 
     Nothing is frozen when the process froze objects itself (a pre-fork
-    server): ``gc.unfreeze`` would thaw those too. CPython 3.12 starts with
-    objects of its own frozen, which do not count
-    (``_compat.process_froze_objects``). (A ``gc.freeze()`` another thread
-    makes during the warmup is thawed by it: CPython has one permanent
-    generation.)
+    server): ``gc.unfreeze`` would thaw those too. That is counted once, here
+    (a walk of the frozen heap); the checks inside find it known. CPython 3.12's
+    own frozen objects do not count (``_compat``). (A ``gc.freeze()`` another
+    thread makes during the warmup is thawed by it: one permanent generation.)
     """
-    own = gc.isenabled() and not process_froze_objects()
-    if not own:
+    if not gc.isenabled():
         yield lambda collect=True: None
+        return
+    if process_froze_objects():
+        with known_frozen():
+            yield lambda collect=True: None
         return
 
     def keep(collect: bool = True) -> None:
@@ -105,7 +107,8 @@ def _kept_out_of_gc() -> Iterator[Callable[[bool], None]]:
     gc.collect(1)
     gc.freeze()
     try:
-        yield keep
+        with known_frozen():
+            yield keep
     finally:
         gc.unfreeze()
 

@@ -198,3 +198,41 @@ def test_a_fresh_process_has_frozen_nothing_of_its_own():
     startup, recorded, froze, froze_after = out
     assert recorded == (startup if sys.version_info[:2] == (3, 12) else "0")
     assert (froze, froze_after) == ("False", "True")
+
+
+def _counting_freeze_count(monkeypatch) -> list[int]:
+    """``gc.get_freeze_count`` counted: each call walks the whole permanent generation."""
+    calls: list[int] = []
+    count = gc.get_freeze_count
+
+    def counted() -> int:
+        calls.append(1)
+        return count()
+
+    monkeypatch.setattr(gc, "get_freeze_count", counted)
+    return calls
+
+
+def test_inside_known_frozen_the_check_walks_nothing_in_any_thread(monkeypatch):
+    calls = _counting_freeze_count(monkeypatch)
+    if _compat.process_froze_objects():
+        pytest.skip("the test process froze objects itself")
+    assert len(calls) == 1
+    seen: list[bool] = []
+    with _compat.known_frozen():
+        with _compat.known_frozen():  # nested
+            seen.append(_compat.process_froze_objects())
+        seen.append(_compat.process_froze_objects())
+        other = threading.Thread(target=lambda: seen.append(_compat.process_froze_objects()))
+        other.start()
+        other.join()
+    assert seen == [True, True, True] and len(calls) == 1  # no count inside the block
+    assert _compat.process_froze_objects() is False and len(calls) == 2  # counted again after
+
+
+def test_known_frozen_closes_when_its_block_raises(monkeypatch):
+    calls = _counting_freeze_count(monkeypatch)
+    with pytest.raises(KeyError), _compat.known_frozen():
+        raise KeyError("x")
+    _compat.process_froze_objects()
+    assert len(calls) == 1  # outside again: counted
