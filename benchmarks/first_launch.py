@@ -35,6 +35,16 @@ else changed), median of 3.
 before the timing: its "first" is what no warmup can beat, since nothing is
 left to do for the first time. Where ``warmkit`` equals it, the gap to the
 steady state is the position in the order, not a first-launch cost.
+
+``warmkit-profile`` (a default mode) is ``warmkit`` with each call split in
+two: the C launch (the executor's direct launcher call: Triton's launcher
+and the driver's ``cuLaunchKernelEx``, timed by a wrapper around it) and the
+Python above it (the rest of the CPU time until the call returned), for the
+first call, the steady calls and the calls after the cache flush; plus, for
+the first call, the minor page faults, the context switches and the thread's
+own CPU time (``getrusage``, ``time.thread_time``), which tell memory the
+process touches for the first time and a thread taken off its CPU from cold
+caches. Its second table is B4's profile.
 """
 
 from __future__ import annotations
@@ -134,7 +144,31 @@ def _dry_run(calls: list[Any], kernels: list[Any]) -> None:
             e._function = f
 
 
+class _LaunchClock:
+    """Wraps each executor's C launch to time it: ``ns`` is the time spent in it since reset."""
+
+    def __init__(self, kernels: list[Any]) -> None:
+        self.ns = 0
+        for kernel in kernels:
+            for executor in kernel.executors.values():
+                executor._go = self._wrap(executor._go)
+
+    def _wrap(self, go: Any) -> Any:
+        clock = time.perf_counter_ns
+
+        def timed_go(*args: Any) -> Any:
+            s = clock()
+            try:
+                return go(*args)
+            finally:
+                self.ns += clock() - s
+
+        return timed_go
+
+
 def child(mode: str, rotate: int, iters: int) -> int:
+    import resource
+
     import torch
     from triton import knobs
     from warmkit_blocktable._jit import compute_slot_mapping_kernel as fn
@@ -230,6 +264,34 @@ def child(mode: str, rotate: int, iters: int) -> int:
         torch.cuda.synchronize()
         return (r - s) * 1e6, (time.perf_counter() - s) * 1e6
 
+    clock = _LaunchClock([kernel, vector]) if mode == "warmkit-profile" else None
+    split: list[dict[str, float]] = []  # per timed call, in profile mode
+
+    if clock is not None:
+        plain_timed = timed
+
+        def timed(call: Any) -> tuple[float, float]:  # type: ignore[no-redef]
+            """``timed``, and the call's C launch, faults, switches and thread CPU time."""
+            torch.cuda.synchronize()
+            clock.ns = 0
+            before = resource.getrusage(resource.RUSAGE_THREAD)
+            thread0 = time.thread_time_ns()
+            cpu, gpu = plain_timed(call)
+            thread = (time.thread_time_ns() - thread0) / 1e3
+            after = resource.getrusage(resource.RUSAGE_THREAD)
+            launch = clock.ns / 1e3
+            split.append(
+                {
+                    "launch_us": launch,
+                    "python_us": cpu - launch,
+                    "faults": after.ru_minflt - before.ru_minflt,
+                    "switches": (after.ru_nvcsw - before.ru_nvcsw)
+                    + (after.ru_nivcsw - before.ru_nivcsw),
+                    "thread_cpu_us": thread,
+                }
+            )
+            return cpu, gpu
+
     cases = [(repr(key), launcher(key)) for key in keys]
     cases += [(label, vector_launcher(xs)) for label, xs in vectors]
     if mode == "warmkit-dry":  # every case's whole path once, each launch rejected by the driver
@@ -244,6 +306,7 @@ def child(mode: str, rotate: int, iters: int) -> int:
     out = []
     for i, (label, call) in enumerate(order):
         before = len(events)
+        del split[:]
         first_cpu, first = timed(call)
         first_events = events[before:]
         steady_runs = [timed(call) for _ in range(iters)]
@@ -260,6 +323,11 @@ def child(mode: str, rotate: int, iters: int) -> int:
                 "events": first_events,
             }
         )
+        if split:  # profile mode: the first call's split, and the steady calls' medians
+            out[-1]["profile"] = {
+                "first": split[0],
+                "steady": {k: statistics.median(c[k] for c in split[1:]) for k in split[0]},
+            }
     # The same call once more, right after another key's call (the other kernel's code, where
     # there is one): what a first launch costs that any launch after other work costs too.
     for i, (_label, call) in enumerate(order):
@@ -275,10 +343,17 @@ def child(mode: str, rotate: int, iters: int) -> int:
     line = b"\x01" * (len(flush) // 64)
     for i, (_label, call) in enumerate(order):
         cold = []
+        flushed = []
         for _ in range(3):
             timed(call)
             flush[::64] = line  # one write per 64-byte cache line
+            del split[:]
             cold.append(timed(call))
+            flushed += split
+        if flushed:
+            out[i]["profile"]["after_flush"] = {
+                k: statistics.median(c[k] for c in flushed) for k in flushed[0]
+            }
         out[i]["after_flush_us"] = statistics.median(t for _, t in cold)
         out[i]["after_flush_cpu_us"] = statistics.median(c for c, _ in cold)
     print(MARK + json.dumps({"mode": mode, "warmup_s": warmup_s, "keys": out}), flush=True)
@@ -286,6 +361,29 @@ def child(mode: str, rotate: int, iters: int) -> int:
 
 
 # -- the parent --------------------------------------------------------------------------------
+
+
+def _profile(samples: list[dict[str, Any]]) -> dict[str, Any]:
+    """Medians over the runs of each part of the first, steady and after-flush calls."""
+    prof: dict[str, Any] = {}
+    for when in ("first", "steady", "after_flush"):
+        parts = [s["profile"][when] for s in samples]
+        prof[when] = {k: statistics.median(p[k] for p in parts) for k in parts[0]}
+    prof["first"]["faults_max"] = max(s["profile"]["first"]["faults"] for s in samples)
+    prof["first"]["switches_max"] = max(s["profile"]["first"]["switches"] for s in samples)
+    prof["first"]["cpu_us"] = statistics.median(s["first_cpu_us"] for s in samples)
+    return prof
+
+
+def _profile_cells(prof: dict[str, Any]) -> tuple[str, ...]:
+    first, steady, flush = prof["first"], prof["steady"], prof["after_flush"]
+    return (
+        f"{first['python_us']:.1f} / {steady['python_us']:.1f} / {flush['python_us']:.1f}",
+        f"{first['launch_us']:.1f} / {steady['launch_us']:.1f} / {flush['launch_us']:.1f}",
+        f"{first['faults']:.0f} (max {first['faults_max']})",
+        f"{first['switches']:.0f} (max {first['switches_max']})",
+        f"{first['thread_cpu_us']:.1f} / {first['cpu_us']:.1f}",
+    )
 
 
 def main() -> int:
@@ -298,10 +396,11 @@ def main() -> int:
     p.add_argument("--iters", type=int, default=200, help="steady-state launches per key")
     p.add_argument(
         "--modes",
-        default="warmkit,warmkit-launched,compile-only",
+        default="warmkit,warmkit-launched,warmkit-profile,compile-only",
         help="comma-separated: warmkit, compile-only, warmkit-eager (CUDA_MODULE_LOADING=EAGER), "
         "warmkit-dry (each call's whole path once before the timing, launches rejected by the "
-        "driver), warmkit-launched (each call once for real before the timing: the bound)",
+        "driver), warmkit-launched (each call once for real before the timing: the bound), "
+        "warmkit-profile (warmkit, each call split into its C launch and the Python above it)",
     )
     args = p.parse_args()
     if not _gpu():
@@ -335,7 +434,7 @@ def main() -> int:
                 samples_by_key.setdefault(k["key"], []).append(k)
             print(f"  run {r + 1}/{runs} {mode}: warmup {res['warmup_s']:.2f} s", flush=True)
     results: dict[str, Any] = {"goal_ratio": GOAL, "runs": runs, "iters": iters, "modes": {}}
-    rows = []
+    rows, profile_rows = [], []
     for mode, keys in per.items():
         results["modes"][mode] = {"warmup_s": stats(warmups[mode]), "keys": {}}
         for i, (key, samples) in enumerate(keys.items()):
@@ -365,6 +464,10 @@ def main() -> int:
                 "events_at_first_launch": events,
                 "first_in_process_ratio": [s["ratio"] for s in samples if s["position"] == 0],
             }
+            if "profile" in samples[0]:
+                prof = _profile(samples)
+                results["modes"][mode]["keys"][key]["profile"] = prof
+                profile_rows.append((f"key {i}", *_profile_cells(prof)))
             rows.append(
                 (
                     f"{mode} key {i}",
@@ -394,6 +497,19 @@ def main() -> int:
     )
     first_mode = next(iter(per))
     text += "\nkeys: " + "; ".join(f"{i}: {k}" for i, k in enumerate(per[first_mode]))
+    if profile_rows:
+        text += "\n\nB4 profile (warmkit-profile), CPU us until the call returned, medians:\n"
+        text += table(
+            profile_rows,
+            (
+                "key",
+                "Python first / steady / after flush",
+                "C launch first / steady / after flush",
+                "first: faults",
+                "first: switches",
+                "first: thread CPU / CPU us",
+            ),
+        )
     emit("B4-first-launch", results, args.out, text)
     return 0
 

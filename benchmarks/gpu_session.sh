@@ -127,7 +127,10 @@ sys.exit('redis-server did not start')" || exit 1
     step multigpu_test 150 python3 -m pytest -q -p no:cacheprovider -rs \
         tests/blocktable/test_serve_ranks.py -k two_gpus
 else
-    TAIL=30 step b4_first_launch 300 python3 benchmarks/first_launch.py --runs 5 --out "$RES/b4.json"
+    # B4 with its profile (warmkit-profile: each call's C launch and the Python above it); the
+    # compile-only contrast (the vLLM way) is measured by: B4_MODES=...,compile-only
+    TAIL=50 step b4_first_launch 330 python3 benchmarks/first_launch.py --runs 5 \
+        --modes "${B4_MODES:-warmkit,warmkit-launched,warmkit-profile}" --out "$RES/b4.json"
     step b5_launch 60 python3 benchmarks/launch_overhead.py --out "$RES/b5.json"
     step b8_demo 60 python3 examples/serve.py --steps 1000 --json "$RES/b8.json"
     step gpu_tests 240 python3 -m pytest -q -p no:cacheprovider -rs \

@@ -32,7 +32,8 @@ cyclic collector ran (``gc.callbacks``) over load + warmup + report, and
 touched for the first time, or again after giving it back: each costs ~2 us
 on the H200 host and ~8 us on the CPU box).
 
-Per phase, the median over ``--runs`` runs (>= 5) in one process; the memory
+Per phase, the median over ``--runs`` runs (>= 5) in one process, the rows
+taking turns run by run (a slower minute of the host lands on every row); the memory
 per key is the peak traced by ``tracemalloc`` over load + warmup + report,
 divided by N, in a run of its own (tracing slows everything down). Planning
 alone is also timed at 1,000,000 keys (``--plan-only``).
@@ -252,56 +253,68 @@ def pipeline(path: Path, config: warmkit.WarmupConfig) -> tuple[dict[str, float]
     return phases, len(report.entries)
 
 
-def measure(n: int, shape: str, runs: int, tmp: Path) -> dict[str, Any]:
-    config = warmkit.WarmupConfig(monitor="off", progress="on", on_error="collect")
-    samples: dict[str, list[float]] = {
-        k: []
-        for k in ("register", "save", "load", "plan", "warmup", "report", "total", "cpu", "gc")
-    }
-    faults: list[float] = []
-    path = tmp / f"{shape}-{n}.json"
-    for _ in range(runs):
-        gc.collect()
-        t0 = time.perf_counter()
-        registry = build(n, shape)
-        t1 = time.perf_counter()
-        registry.save(path)
-        t2 = time.perf_counter()
-        keys = sum(len(k) for k in registry.plan().values())
-        with backend_override("scale", ScaleBackend()):  # planning a recorded section
-            keys += len(resolve_recorded(registry.recorded()))
-        t3 = time.perf_counter()
-        assert keys == n, f"{shape}: planned {keys} keys, expected {n}"
-        del registry
-        gc.collect()
-        phases, entries = pipeline(path, config)
-        assert entries == n
-        samples["register"].append(t1 - t0)
-        samples["save"].append(t2 - t1)
-        samples["plan"].append(t3 - t2)
-        faults.append(phases.pop("faults") / n)
-        for k, v in phases.items():
-            samples[k].append(v)
-        # what a serving engine pays at startup: load the manifest, warm up, report
-        samples["total"].append(phases["load"] + phases["warmup"] + phases["report"])
+PHASES = ("register", "save", "load", "plan", "warmup", "report", "total", "cpu", "gc")
+
+
+def sample(n: int, shape: str, path: Path, config: warmkit.WarmupConfig) -> dict[str, float]:
+    """One run of one row: each phase's seconds, and the minor page faults per key."""
     gc.collect()
-    clear_executors()
-    tracemalloc.start()
-    pipeline(path, config)
-    _, peak = tracemalloc.get_traced_memory()
-    tracemalloc.stop()
-    clear_executors()
-    med = {k: stats(v) for k, v in samples.items()}
-    return {
-        "keys": n,
-        "shape": shape,
-        "manifest_bytes": path.stat().st_size,
-        "seconds": med,
-        "us_per_key": {k: s["median"] / n * 1e6 for k, s in med.items()},
-        "faults_per_key": stats(faults)["median"],
-        "peak_bytes": peak,
-        "bytes_per_key": peak / n,
-    }
+    t0 = time.perf_counter()
+    registry = build(n, shape)
+    t1 = time.perf_counter()
+    registry.save(path)
+    t2 = time.perf_counter()
+    keys = sum(len(k) for k in registry.plan().values())
+    with backend_override("scale", ScaleBackend()):  # planning a recorded section
+        keys += len(resolve_recorded(registry.recorded()))
+    t3 = time.perf_counter()
+    assert keys == n, f"{shape}: planned {keys} keys, expected {n}"
+    del registry
+    gc.collect()
+    phases, entries = pipeline(path, config)
+    assert entries == n
+    phases |= {"register": t1 - t0, "save": t2 - t1, "plan": t3 - t2}
+    phases["faults"] /= n
+    # what a serving engine pays at startup: load the manifest, warm up, report
+    phases["total"] = phases["load"] + phases["warmup"] + phases["report"]
+    return phases
+
+
+def measure(rows: list[tuple[str, int]], runs: int, tmp: Path) -> list[dict[str, Any]]:
+    """Each row's phases, medians over ``runs``; the rows take turns run by run.
+
+    Round-robin, not one row's runs back to back: a slower minute of a shared
+    host then lands on every row alike instead of on the row it happened in.
+    """
+    config = warmkit.WarmupConfig(monitor="off", progress="on", on_error="collect")
+    samples: dict[tuple[str, int], list[dict[str, float]]] = {row: [] for row in rows}
+    for _ in range(runs):
+        for shape, n in rows:
+            samples[shape, n].append(sample(n, shape, tmp / f"{shape}-{n}.json", config))
+    results = []
+    for shape, n in rows:
+        path = tmp / f"{shape}-{n}.json"
+        gc.collect()
+        clear_executors()
+        tracemalloc.start()
+        pipeline(path, config)
+        _, peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+        clear_executors()
+        med = {k: stats([r[k] for r in samples[shape, n]]) for k in PHASES}
+        results.append(
+            {
+                "keys": n,
+                "shape": shape,
+                "manifest_bytes": path.stat().st_size,
+                "seconds": med,
+                "us_per_key": {k: s["median"] / n * 1e6 for k, s in med.items()},
+                "faults_per_key": stats([r["faults"] for r in samples[shape, n]])["median"],
+                "peak_bytes": peak,
+                "bytes_per_key": peak / n,
+            }
+        )
+    return results
 
 
 def plan_only(n: int, runs: int) -> dict[str, Any]:
@@ -395,26 +408,24 @@ def main() -> None:
     shapes = args.shapes.split(",")
     rows, results = [], {"curve": [], "plan_only": None}
     with tempfile.TemporaryDirectory(prefix="warmkit-scale-") as tmp:
-        for shape in shapes:
-            for n in sizes:
-                r = measure(n, shape, runs, Path(tmp))
-                results["curve"].append(r)
-                us = r["us_per_key"]
-                rows.append(
-                    (
-                        shape,
-                        f"{n:,}",
-                        *(f"{us[k]:.1f}" for k in ("register", "save", "load", "plan", "warmup")),
-                        f"{us['report']:.1f}",
-                        f"{us['total']:.1f}",
-                        f"{us['cpu']:.1f}",
-                        f"{us['gc']:.2f}",
-                        f"{r['faults_per_key']:.2f}",
-                        f"{r['seconds']['load']['median']:.3f}",
-                        f"{r['bytes_per_key']:.0f}",
-                    )
-                )
-                print(rows[-1], flush=True)
+        curve = measure([(shape, n) for shape in shapes for n in sizes], runs, Path(tmp))
+    for r in curve:
+        results["curve"].append(r)
+        us = r["us_per_key"]
+        rows.append(
+            (
+                r["shape"],
+                f"{r['keys']:,}",
+                *(f"{us[k]:.1f}" for k in ("register", "save", "load", "plan", "warmup")),
+                f"{us['report']:.1f}",
+                f"{us['total']:.1f}",
+                f"{us['cpu']:.1f}",
+                f"{us['gc']:.2f}",
+                f"{r['faults_per_key']:.2f}",
+                f"{r['seconds']['load']['median']:.3f}",
+                f"{r['bytes_per_key']:.0f}",
+            )
+        )
     if plan_n:
         results["plan_only"] = plan_only(plan_n, runs)
     results["goals"] = {
