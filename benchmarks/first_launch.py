@@ -151,7 +151,8 @@ class _LaunchClock:
         self.ns = 0
         for kernel in kernels:
             for executor in kernel.executors.values():
-                executor._go = self._wrap(executor._go)
+                if hasattr(executor, "_go"):  # a direct launch (else fn[grid]: all "Python")
+                    executor._go = self._wrap(executor._go)
 
     def _wrap(self, go: Any) -> Any:
         clock = time.perf_counter_ns
