@@ -15,6 +15,8 @@
 #                bash benchmarks/gpu_session.sh startup    (carry: .whl) B1-B3: ~7 min on the H200 host
 #                bash benchmarks/gpu_session.sh startup b2 (carry: .whl) B2 with and without
 #                                                          warmkit.prepare(), and a profile: ~7 min
+#                bash benchmarks/gpu_session.sh startup b3 (carry: .whl) B3 against B2 on the synthetic
+#                                                          workload, and a profile of each: ~2 min
 #                bash benchmarks/gpu_session.sh perf       (carry: .whl) B1 threads vs worker processes,
 #                                                          B5 (memoized dispatch): ~9 min
 #                bash benchmarks/gpu_session.sh scale      (carry: .whl) B10 on the host's quieter CPUs
@@ -67,6 +69,26 @@ if [ "${1:-}" = startup ] && [ "${2:-}" = b2 ]; then
         TRITON_CACHE_DIR="$KEEP/demo-r0-cold1" XDG_CACHE_HOME="$KEEP/demo-r0-xdg1" \
         python3 benchmarks/startup.py --child "$KEEP/demo-warmup.json" --target "$TARGET"
     head -n 60 "$RES/b2_demo_profile.txt"
+    rm -rf "$KEEP"
+elif [ "${1:-}" = startup ] && [ "${2:-}" = b3 ]; then
+    # B3 vs B2 on the synthetic workload: one run kept on disk, then a cProfile of one warm
+    # restart (B2's cache) and of one warmup on the installed CPU-built bundle (B3's), each
+    # twice: what the bundle's warmup does that the restart does not.
+    KEEP=$(mktemp -d)
+    TAIL=8 step b3_startup 300 python3 benchmarks/startup.py --jobs 1 --runs 5 --warm-runs 1 \
+        --no-contrast --workloads synthetic --keep "$KEEP" --out "$RES/b3.json"
+    TARGET=$(python3 -c "import json; print(json.load(open('$RES/b3.json'))['results']['target'])" \
+        2>/dev/null || echo cuda:90)
+    for i in 1 2; do
+        TAIL=3 step "b2_profile_$i" 60 env STARTUP_PROFILE="$RES/b2_profile_$i.txt" \
+            TRITON_CACHE_DIR="$KEEP/synthetic-r0-cold1" XDG_CACHE_HOME="$KEEP/synthetic-r0-xdg1" \
+            python3 benchmarks/startup.py --child "$KEEP/synthetic-warmup.json" --target "$TARGET"
+        TAIL=3 step "b3_profile_$i" 60 env STARTUP_PROFILE="$RES/b3_profile_$i.txt" \
+            TRITON_CACHE_DIR="$KEEP/synthetic-r0-installed/elsewhere" \
+            XDG_CACHE_HOME="$KEEP/synthetic-r0-xdg3" \
+            python3 benchmarks/startup.py --child "$KEEP/synthetic-warmup.json" --target "$TARGET"
+    done
+    head -n 45 "$RES/b2_profile_2.txt" "$RES/b3_profile_2.txt"
     rm -rf "$KEEP"
 elif [ "${1:-}" = startup ]; then
     # ~65 fresh processes, each importing torch: it needs a device call of its own.

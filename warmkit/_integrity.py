@@ -67,23 +67,44 @@ Check = Callable[[Path], Sequence[str]]
 
 def sha256_file(path: str | os.PathLike[str]) -> str:
     """The hex sha256 of a file's bytes."""
-    h = hashlib.sha256()
     with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
-def _own_files(entry: Path) -> Iterator[Path]:
-    """The entry's content: every regular file but warmkit's records and writers' temporaries."""
-    for path in sorted(entry.rglob("*")):
-        rel = path.relative_to(entry)
-        if rel.parts[0].startswith(("tmp.", ".")) or rel.name == "lock":
-            continue  # Triton's in-progress writes (tmp.pid_*), dot-temporaries, lock files
-        if len(rel.parts) == 1 and rel.name.startswith("warmkit-"):
-            continue  # warmkit's own metadata, rewritten freely
-        if path.is_file():
-            yield path
+def _own_files(entry: Path) -> list[tuple[str, Path]]:
+    """``(relative posix path, path)`` of the entry's content, sorted by path components.
+
+    Every regular file (a link to one too) but warmkit's records and writers'
+    temporaries; links to directories are not followed. ``os.scandir`` and
+    string joins: the same walk with ``Path.rglob`` and ``relative_to`` cost
+    1-2 ms of each cached entry's check in a warm restart (9 files).
+    """
+    found: list[tuple[tuple[str, ...], Path]] = []
+
+    def walk(directory: str, parts: tuple[str, ...]) -> None:
+        with os.scandir(directory) as it:
+            for d in it:
+                name = d.name
+                if not parts and (
+                    name.startswith(("tmp.", "."))  # Triton's in-progress writes, dot-temporaries
+                    or (name.startswith("warmkit-") and not d.is_dir(follow_symlinks=False))
+                ):
+                    continue  # (warmkit's own metadata is rewritten freely)
+                if d.is_dir(follow_symlinks=False):
+                    walk(d.path, (*parts, name))
+                elif name != "lock" and _is_file(d):  # lock files are not content
+                    found.append(((*parts, name), Path(d.path)))
+
+    walk(os.fspath(entry), ())
+    found.sort()
+    return [("/".join(parts), path) for parts, path in found]
+
+
+def _is_file(d: os.DirEntry[str]) -> bool:
+    try:
+        return d.is_file()
+    except OSError:  # a link in a loop, as Path.is_file() answers it
+        return False
 
 
 def file_record(entry: str | os.PathLike[str]) -> dict[str, dict[str, Any]]:
@@ -91,10 +112,9 @@ def file_record(entry: str | os.PathLike[str]) -> dict[str, dict[str, Any]]:
 
     warmkit's ``warmkit-*`` files and in-progress temporaries are not part of it.
     """
-    root = Path(entry)
     return {
-        p.relative_to(root).as_posix(): {"sha256": sha256_file(p), "size": p.stat().st_size}
-        for p in _own_files(root)
+        rel: {"sha256": sha256_file(path), "size": path.stat().st_size}
+        for rel, path in _own_files(Path(entry))
     }
 
 

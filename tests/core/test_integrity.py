@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from warmkit._integrity import (
     QUARANTINE_DIR,
     RECORD,
+    _own_files,
     compare,
     file_record,
     quarantine,
@@ -42,6 +43,49 @@ def test_record_covers_own_files_only(tmp_path):
     text = (entry / RECORD).read_text()
     write_record(entry)
     assert (entry / RECORD).read_text() == text and str(tmp_path) not in text
+
+
+def _rglob_own_files(entry):
+    """The walk file_record made with pathlib until 2026-12 (its definition of an entry's files)."""
+    for path in sorted(entry.rglob("*")):
+        rel = path.relative_to(entry)
+        if rel.parts[0].startswith(("tmp.", ".")) or rel.name == "lock":
+            continue
+        if len(rel.parts) == 1 and rel.name.startswith("warmkit-"):
+            continue
+        if path.is_file():
+            yield rel.as_posix()
+
+
+_NAMES = st.sampled_from(
+    ["k.bin", "k.json", "lock", "tmp.pid_1", ".hidden", "warmkit-aot.json", "a-b", "a", "Z"]
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_the_entrys_files_are_those_the_pathlib_walk_found(tmp_path_factory, data):
+    """Any tree of files, directories and links: the same files, in the same order."""
+    entry = tmp_path_factory.mktemp("c") / "ENTRY"
+    entry.mkdir()
+    dirs = [entry]
+    for _ in range(data.draw(st.integers(0, 14))):
+        parent = data.draw(st.sampled_from(dirs))
+        path = parent / data.draw(_NAMES)
+        if path.exists() or path.is_symlink():
+            continue
+        kind = data.draw(st.sampled_from(["file", "dir", "file-link", "dir-link"]))
+        if kind == "file":
+            path.write_bytes(b"x")
+        elif kind == "dir":
+            path.mkdir()
+            dirs.append(path)
+        else:
+            target = data.draw(st.sampled_from(dirs if kind == "dir-link" else [entry / "k.bin"]))
+            path.symlink_to(target)  # a link to a missing file is no file for either walk
+    ours = [rel for rel, path in _own_files(entry)]
+    assert ours == list(_rglob_own_files(entry))
+    assert all(path == entry / rel for rel, path in _own_files(entry))
 
 
 @settings(max_examples=40, deadline=None)
