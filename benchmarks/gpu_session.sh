@@ -13,6 +13,7 @@
 #                cp /lib/x86_64-linux-gnu/liblzf.so.1 /lib/x86_64-linux-gnu/libjemalloc.so.2 .redis/)
 # Device calls:  bash benchmarks/gpu_session.sh            (carry: .whl) B4, B5, B8 and the GPU tests
 #                bash benchmarks/gpu_session.sh startup    (carry: .whl) B1-B3: ~7 min on the H200 host
+#                                                          (JOBS=1 WARM_RUNS=5: B2 and B3 alone, ~5 min)
 #                bash benchmarks/gpu_session.sh startup b2 (carry: .whl) B2 with and without
 #                                                          warmkit.prepare(), and a profile: ~7 min
 #                bash benchmarks/gpu_session.sh startup b3 (carry: .whl) B3 against B2 on the synthetic
@@ -94,7 +95,7 @@ elif [ "${1:-}" = startup ]; then
     # ~65 fresh processes, each importing torch: it needs a device call of its own.
     # STARTUP_PREPARE=1: each child's warmkit.prepare() starts its jobs' workers, as an engine's does
     TAIL=45 step b1_b3_startup 570 env STARTUP_PREPARE=1 python3 benchmarks/startup.py --jobs "${JOBS:-1,2,4,8}" \
-        --runs 5 --warm-runs 3 --no-contrast --out "$RES/b1_b3.json"
+        --runs 5 --warm-runs "${WARM_RUNS:-3}" --no-contrast --out "$RES/b1_b3.json"
 elif [ "${1:-}" = perf ]; then
     # B1: jobs=1 vs 8 on the 32 synthetic keys, threads, then worker processes started with
     # the child's startup (warmkit.prepare); then B5.
