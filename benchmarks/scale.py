@@ -288,9 +288,14 @@ def measure(rows: list[tuple[str, int]], runs: int, tmp: Path) -> list[dict[str,
     """
     config = warmkit.WarmupConfig(monitor="off", progress="on", on_error="collect")
     samples: dict[tuple[str, int], list[dict[str, float]]] = {row: [] for row in rows}
-    for _ in range(runs):
+    for r in range(runs):
+        t0 = time.perf_counter()
         for shape, n in rows:
             samples[shape, n].append(sample(n, shape, tmp / f"{shape}-{n}.json", config))
+        print(
+            f"  run {r + 1}/{runs}: {len(rows)} rows in {time.perf_counter() - t0:.1f} s",
+            flush=True,
+        )
     results = []
     for shape, n in rows:
         path = tmp / f"{shape}-{n}.json"
