@@ -84,13 +84,13 @@ def _own_files(entry: Path) -> list[tuple[str, Path]]:
     def walk(directory: str, parts: tuple[str, ...]) -> None:
         with os.scandir(directory) as it:
             for d in it:
-                name = d.name
+                name, is_dir = d.name, d.is_dir(follow_symlinks=False)
                 if not parts and (
                     name.startswith(("tmp.", "."))  # Triton's in-progress writes, dot-temporaries
-                    or (name.startswith("warmkit-") and not d.is_dir(follow_symlinks=False))
+                    or (name.startswith("warmkit-") and not is_dir)
                 ):
                     continue  # (warmkit's own metadata is rewritten freely)
-                if d.is_dir(follow_symlinks=False):
+                if is_dir:
                     walk(d.path, (*parts, name))
                 elif name != "lock" and _is_file(d):  # lock files are not content
                     found.append(((*parts, name), Path(d.path)))
