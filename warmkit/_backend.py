@@ -309,6 +309,17 @@ class FleetCapable(BundleCapable, Protocol):
         """``{"kernel", "target", "stale"}`` of one entry (``warmkit cache info``); stale: why, or None."""
         ...
 
+    def entry_file_allowed(self, name: str) -> bool:
+        """Whether an entry of this backend may hold a file named ``name``.
+
+        A store entry is data, never paths: the fleet refuses (and deletes from
+        the store) an entry holding any name this does not accept, before
+        writing a byte of it. ``name`` is already one plain name (no separator,
+        no ``..``, no leading dot); accept exactly the names the backend's
+        entries hold, e.g. Triton's ``<kernel>.cubin`` and ``__grp__<kernel>.json``.
+        """
+        ...
+
 
 @runtime_checkable
 class Executor(_Capability, Protocol):

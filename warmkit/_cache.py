@@ -206,7 +206,8 @@ def pull_cache(backend: Any, url: str) -> dict[str, Any]:
             if backend.entry_files(ek) is not None:
                 present.append(ek)
                 continue
-            entry = fleet._fetch_entry(key)  # verified; a bad one is deleted from the store
+            # verified (names, signature, sha256s); a bad one is deleted from the store
+            entry = fleet._fetch_entry(key, backend.entry_file_allowed)
             ok = entry is not None and fleet._install(
                 backend, ek, key, entry.meta.get("target"), entry
             )

@@ -84,6 +84,31 @@ def _pos_float(raw: str) -> float:
     return n
 
 
+def _lease_seconds(raw: str) -> float:
+    n = _pos_float(raw)
+    # A lease must expire: an infinite one would pin a dead holder's key for good.
+    if n == float("inf") or n > 86400:
+        raise ValueError(f"expected a finite number of seconds up to 86400, got {raw!r}")
+    return n
+
+
+def _key_files(raw: str) -> tuple[str, ...]:
+    # Empty is an error, not "no trust": WARMKIT_BUNDLE_TRUST='' once turned checks off silently.
+    names = _names(raw)
+    if not names:
+        raise ValueError(
+            "empty: name one or more Ed25519 public key files (PEM), or unset it to check no "
+            "signatures"
+        )
+    return names
+
+
+def _path(raw: str) -> str:
+    if not raw.strip():
+        raise ValueError("empty: name an Ed25519 private key file (PEM), or unset it")
+    return raw.strip()
+
+
 def _names(raw: str) -> tuple[str, ...]:
     return tuple(sorted({n.strip() for n in raw.split(",") if n.strip()}))
 
@@ -191,11 +216,19 @@ ENVIRONMENT: dict[str, EnvVar] = {
         _opt_seconds,
         "WarmupConfig.compile_timeout: seconds per key's compile; unset/off = unbounded.",
     ),
-    # Public keys (PEM files) a bundle must be signed by; set = unsigned bundles are refused.
-    "WARMKIT_BUNDLE_TRUST": EnvVar(
+    # Public keys (PEM files) bundles and store entries must be signed by (docs/reliability.md).
+    "WARMKIT_TRUST": EnvVar(
         None,
-        _names,
-        "Comma-separated Ed25519 public key files; a bundle must be signed by one of them.",
+        _key_files,
+        "Comma-separated Ed25519 public key files; bundles and store entries must be signed by one.",
+    ),
+    # The older name of WARMKIT_TRUST (bundles only then); both set and different is an error.
+    "WARMKIT_BUNDLE_TRUST": EnvVar(
+        None, _key_files, "Alias of WARMKIT_TRUST (kept working); both set must be equal."
+    ),
+    # A publisher's private key: every entry it publishes to the store is signed with it.
+    "WARMKIT_SIGNING_KEY": EnvVar(
+        None, _path, "Ed25519 private key (PEM) that signs the store entries this process publishes."
     ),
     # Record every runtime JIT event after warmup into this manifest ({rank} allowed).
     "WARMKIT_RECORD": EnvVar(
@@ -227,7 +260,7 @@ ENVIRONMENT: dict[str, EnvVar] = {
     ),
     # The fleet-wide lease on a key being compiled: renewed every third; a dead holder's expires.
     "WARMKIT_LEASE_SECONDS": EnvVar(
-        30.0, _pos_float, "Lifetime of a store lease on a key being compiled (renewed while alive)."
+        30.0, _lease_seconds, "Lifetime of a store lease on a key being compiled (renewed while alive)."
     ),
     # Budget for one search-space expansion, checked before any work.
     "WARMKIT_MAX_POINTS": EnvVar(

@@ -11,16 +11,20 @@ For each key of a warmup whose backend can address its cache entries (the
    Waiting for it is bounded by ``WARMKIT_WAIT_SECONDS``, then this process
    compiles itself and logs why. When another process of the host compiled
    the key meanwhile, load it (``waited``);
-5. with a store: fetch the entry, verify every file against its sha256,
-   install it into the local cache and load it (``fetched``). A bad entry is
-   logged with its key, deleted from the store and never loaded;
+5. with a store: fetch the entry; check that its file names are names the
+   backend declares (never paths), its signature when trust is configured
+   (``WARMKIT_TRUST``), and every file against its sha256; install it into the
+   local cache and load it (``fetched``). A bad entry is logged with its key,
+   counted in ``Fleet.refused`` (the report's ``store_refused``) and the
+   metrics, deleted from the store and never written or loaded;
 6. with a store: take the key's fleet-wide lease (renewed while compiling;
    a dead holder's lease expires after ``WARMKIT_LEASE_SECONDS``). While
    another process holds it, poll the store for its result (``fetched``);
 7. compile (``compiled``), then publish the entry in one atomic step.
 
-An unreachable store is warned about once; the warmup goes on locally, unless
-``store_required=True``.
+An unreachable or failing store (any Redis or filesystem error) is warned
+about once, naming it; the warmup goes on locally, unless ``store_required=True``
+(then the keys fail naming the store).
 
 A backend takes part by being a ``warmkit.FleetCapable`` (its entry key
 without compiling, its local entry's directory and files, plus the bundle
@@ -34,6 +38,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import json
 import logging
 import shutil
 import tempfile
@@ -52,7 +57,17 @@ from ._exceptions import (
     StoreUnavailableError,
     WarmkitError,
 )
-from ._store import Lease, Store, StoredEntry, entry_meta, open_store, verify_entry
+from ._store import (
+    SIGNATURE,
+    Lease,
+    Store,
+    StoredEntry,
+    entry_meta,
+    name_problems,
+    open_store,
+    signed_bytes,
+    verify_entry,
+)
 
 __all__ = ["Fleet", "current_fleet"]
 
@@ -110,7 +125,12 @@ class Fleet:
         # backend, not per key; the reference keeps the id from being reused meanwhile
         self._entries: dict[int, tuple[Any, bool]] = {}
         self.counts: dict[str, int] = {}
+        #: store key -> why its entry was refused (the report's ``store_refused``).
+        self.refused: dict[str, str] = {}
+        self.trusted: dict[str, Any] = {}
+        self.signing_key: str | None = None
         if store is not None and not read_only:
+            self.trusted, self.signing_key = _trust()
             try:
                 self._store = open_store(store)
             except StoreUnavailableError as exc:
@@ -155,33 +175,71 @@ class Fleet:
         found = self._fetch_entry(key)
         return dict(found.files) if found is not None else None
 
-    def _fetch_entry(self, key: str) -> StoredEntry | None:
+    def _fetch_entry(
+        self, key: str, allowed: Callable[[str], bool] | None = None
+    ) -> StoredEntry | None:
         entry = self._call(lambda: self.store.get(key))  # type: ignore[union-attr]
         if entry is None:
             return None
-        problems = verify_entry(entry)
+        problems = verify_entry(entry, allowed) or self._signature_problems(key, entry)
         if problems:
-            logger.error(
-                "warmkit store %s: refusing entry %s, it fails verification: %s; deleting it "
-                "from the store and compiling it again",
-                self.url,
-                key,
-                "; ".join(problems),
-            )
-            self._call(lambda: self.store.delete(key, entry.meta))  # type: ignore[union-attr]
-            self._count("refused")
+            self._refuse(key, entry, "; ".join(problems))
             return None
         return entry
+
+    def _signature_problems(self, key: str, entry: StoredEntry) -> list[str]:
+        if not self.trusted:
+            return []
+        from ._signing import verify
+
+        sig = entry.meta.get(SIGNATURE)
+        try:
+            verify(
+                signed_bytes(entry.meta),
+                None if sig is None else json.dumps(sig).encode(),
+                self.trusted,
+                what=f"store entry {key}",
+                error=ValueError,
+            )
+        except ValueError as exc:
+            return [str(exc)]
+        return []
+
+    def _refuse(self, key: str, entry: StoredEntry, why: str) -> None:
+        """Log, count and delete a bad entry: the next process recompiles and republishes it."""
+        logger.error(
+            "warmkit store %s: refusing entry %s (%s); deleting it from the store and compiling "
+            "it again",
+            self.url,
+            key,
+            why,
+        )
+        # An unreadable manifest cannot name the entry to delete: delete whatever is there
+        # (at worst a good entry republished meanwhile, which is published again).
+        meta = entry.meta if entry.meta.get("format") is not None else None
+        self._call(lambda: self.store.delete(key, meta))  # type: ignore[union-attr]
+        self._count("refused")
+        with self._lock:
+            self.refused[key] = why
+        from . import metrics
+
+        metrics.observe_store_refusal(key.split("/", 1)[0])
 
     def publish(self, key: str, files: Mapping[str, bytes], **info: Any) -> bool:
         """Publish ``files`` as store entry ``key`` in one atomic step; False if not published.
 
-        A read-only fleet, no store, an unreachable store, or an entry that is
-        already there (it is kept: the first publisher wins) all return False.
+        With ``WARMKIT_SIGNING_KEY`` set, the entry is signed (its files' sha256s
+        and its key). A read-only fleet, no store, an unreachable store, or an
+        entry that is already there (it is kept: the first publisher wins) all
+        return False.
         """
         if self.read_only or self.store is None:
             return False
         meta = entry_meta(key, files, **info)
+        if self.signing_key is not None:
+            from ._signing import sign
+
+            meta[SIGNATURE] = json.loads(sign(signed_bytes(meta), self.signing_key))
         return bool(self._call(lambda: self.store.put(key, files, meta), default=False))  # type: ignore[union-attr]
 
     def _count(self, what: str) -> None:
@@ -453,8 +511,15 @@ class Fleet:
         Returns:
             True when the entry is now in the local cache.
         """
-        entry = entry or self._fetch_entry(store_key)
+        allowed = backend.entry_file_allowed
+        entry = entry or self._fetch_entry(store_key, allowed)
         if entry is None:
+            return False
+        # Checked again here, where the bytes are written (an entry may come from elsewhere):
+        # every name is one plain name the backend declares, so nothing lands outside `staged`.
+        problems = name_problems(list(entry.files), allowed)
+        if problems:
+            self._refuse(store_key, entry, "; ".join(problems))
             return False
         recorded = entry.meta.get("fingerprint")
         here = backend.cache_fingerprint(target)
@@ -481,20 +546,32 @@ class Fleet:
             # structure with the backend, then renames it into place.
             _publish(backend, staged, final, {}, store_key)
         except BundleError as exc:
-            logger.error(
-                "warmkit store %s: refusing entry %s (%s); deleting it from the store and "
-                "compiling it again",
-                self.url,
-                store_key,
-                exc,
-            )
-            self._call(lambda: self.store.delete(store_key, entry.meta))  # type: ignore[union-attr]
-            self._count("refused")
+            self._refuse(store_key, entry, str(exc))
             return False
         finally:
             shutil.rmtree(staged, ignore_errors=True)
         self._count("fetched")
         return True
+
+
+def _trust() -> tuple[dict[str, Any], str | None]:
+    """The trusted public keys (``WARMKIT_TRUST``) and the signing key, checked now.
+
+    Raises:
+        ValueError: a trust or signing setting is empty, unreadable, not an
+            Ed25519 key, or the two trust variables differ; the message names it.
+    """
+    from ._signing import load_trusted, sign, trusted_keys
+
+    try:
+        paths = trusted_keys()
+        trusted = load_trusted(paths) if paths else {}
+        signing_key = _envs.get("WARMKIT_SIGNING_KEY")
+        if signing_key is not None:
+            sign(b"", signing_key)  # an unreadable or wrong key fails now, not at each publish
+    except (OSError, TypeError) as exc:
+        raise ValueError(f"store trust settings are unusable: {exc}") from exc
+    return trusted, signing_key
 
 
 def fleet_for(config: Any) -> Fleet:

@@ -1,4 +1,4 @@
-"""Bundle signatures: Ed25519 keys, signing ``bundle.json``, checking it against trusted keys.
+"""Signatures of bundles and store entries: Ed25519 keys, signing, checking against trusted keys.
 
 ``bundle.json`` lists every file of a bundle with its sha256 and size, so a
 signature over its exact bytes covers the whole bundle: install verifies the
@@ -8,11 +8,16 @@ A signed bundle carries ``bundle.sig`` next to ``bundle.json``::
 
     {"algorithm": "ed25519", "key_id": "ed25519:<16 hex>", "signature": "<base64>"}
 
+A store entry (``warmkit._store``) carries the same document in its manifest,
+over the manifest's canonical bytes (which list every file's sha256 and the
+store key), signed by the publisher's ``WARMKIT_SIGNING_KEY``.
+
 Trust is configured with public keys (PEM files): ``install_bundle(trust=...)``,
-``warmkit bundle install --trust PUBKEY``, or ``WARMKIT_BUNDLE_TRUST``
-(comma-separated paths). With trust configured, an unsigned bundle, a bad
-signature, or a signature by another key is refused. Without it, an unsigned
-bundle installs (its hashes still checked), and ``inspect`` says so.
+``warmkit bundle install --trust PUBKEY``, or ``WARMKIT_TRUST`` (comma-separated
+paths; ``WARMKIT_BUNDLE_TRUST`` is its older name), for bundles and the store
+alike. With trust configured, an unsigned bundle or entry, a bad signature, or
+a signature by another key is refused. Without it, an unsigned bundle installs
+(its hashes still checked), and ``inspect`` says so.
 
 Uses ``cryptography`` (``pip install 'warmkit[sign]'``), imported only when a
 signature is made or checked.
@@ -24,7 +29,7 @@ import base64
 import hashlib
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +42,7 @@ __all__ = [
     "describe",
     "generate_key",
     "key_id",
+    "load_trusted",
     "sign",
     "trusted_keys",
     "verify",
@@ -139,10 +145,35 @@ def sign(data: bytes, private_key_path: str | os.PathLike[str]) -> bytes:
 
 
 def trusted_keys(explicit: Sequence[str | os.PathLike[str]] | None = None) -> list[str]:
-    """The public key files to trust: ``explicit`` if given, else ``WARMKIT_BUNDLE_TRUST``."""
+    """The public key files to trust (bundles and store entries alike).
+
+    Precedence: ``explicit`` if given, else ``WARMKIT_TRUST``, else its alias
+    ``WARMKIT_BUNDLE_TRUST``. Empty means no signature is checked.
+
+    Raises:
+        ValueError: a variable is set but empty, or both are set and differ
+            (which one is meant cannot be guessed); the message names them.
+    """
     if explicit:
         return [str(p) for p in explicit]
-    return list(_envs.get("WARMKIT_BUNDLE_TRUST") or ())
+    trust = _envs.get("WARMKIT_TRUST")
+    alias = _envs.get("WARMKIT_BUNDLE_TRUST")
+    if trust is not None and alias is not None and trust != alias:
+        raise ValueError(
+            f"WARMKIT_TRUST={','.join(trust)!r} and WARMKIT_BUNDLE_TRUST={','.join(alias)!r} "
+            "differ; set only WARMKIT_TRUST (WARMKIT_BUNDLE_TRUST is its older name)"
+        )
+    return list(trust or alias or ())
+
+
+def load_trusted(trusted: Sequence[str]) -> dict[str, Any]:
+    """``{key id: public key}`` of the trusted key files, read once.
+
+    Raises:
+        FileNotFoundError, ValueError, TypeError: a file is unreadable or not an
+            Ed25519 public key; the message names it.
+    """
+    return {key_id(k): k for k in (_load(p, private=False) for p in trusted)}
 
 
 def describe(signature: bytes | None) -> dict[str, Any]:
@@ -157,48 +188,70 @@ def describe(signature: bytes | None) -> dict[str, Any]:
 
 
 def verify(
-    data: bytes, signature: bytes | None, trusted: Sequence[str], *, path: Any = None
+    data: bytes,
+    signature: bytes | None,
+    trusted: Sequence[str] | dict[str, Any],
+    *,
+    path: Any = None,
+    what: str = "bundle",
+    error: Callable[..., Exception] | None = None,
 ) -> str | None:
-    """Check ``bundle.json``'s bytes against its signature and the trusted keys.
+    """Check ``data`` (``bundle.json``'s bytes, or a store entry's manifest) against its signature.
+
+    Args:
+        data: the exact bytes that were signed.
+        signature: the signature document (``sign``'s output), or None when unsigned.
+        trusted: public key files, or ``load_trusted``'s result.
+        path: what the error names (a bundle path).
+        what: what the messages call the signed thing (``"bundle"``, ``"store entry triton/…"``).
+        error: makes the exception from a message; default ``BundleError(message, path=path)``.
 
     Returns:
         The signing key's id, or None when no key is trusted (nothing to check).
 
     Raises:
-        BundleError: trust is configured and the bundle is unsigned, its
-            signature is malformed or invalid, or made by a key not trusted.
+        BundleError: (or ``error``'s) trust is configured and the data is
+            unsigned, its signature is malformed or invalid, or made by a key
+            not trusted.
     """
     if not trusted:
         return None
+
+    def fail(message: str) -> Exception:
+        return error(message) if error is not None else BundleError(message, path=path)
+
     if signature is None:
-        raise BundleError(
-            f"bundle is unsigned, but signed bundles are required (trusted keys: "
-            f"{', '.join(trusted)}); sign it with `warmkit bundle build --sign KEY`",
-            path=path,
+        raise fail(
+            f"{what} is unsigned, but signed {what.split()[0]}s are required (trusted keys: "
+            f"{', '.join(trusted)}); "
+            + (
+                "sign it with `warmkit bundle build --sign KEY`"
+                if what == "bundle"
+                else "publishers sign entries with WARMKIT_SIGNING_KEY"
+            )
         )
     try:
         doc = json.loads(signature)
         if doc.get("algorithm") != _ALGORITHM:
             raise ValueError(f"algorithm {doc.get('algorithm')!r} is not {_ALGORITHM!r}")
         raw = base64.b64decode(doc["signature"], validate=True)
-    except (ValueError, KeyError, TypeError) as exc:
-        raise BundleError(f"bundle signature is malformed ({exc})", path=path) from exc
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise fail(f"{what} signature is malformed ({exc})") from exc
     from cryptography.exceptions import InvalidSignature
 
-    keys = {key_id(k): k for k in (_load(p, private=False) for p in trusted)}
+    keys = trusted if isinstance(trusted, dict) else load_trusted(trusted)
     key = keys.get(doc.get("key_id"))
     if key is None:
-        raise BundleError(
-            f"bundle is signed by key {doc.get('key_id')!r}, which is not trusted (trusted: "
-            f"{', '.join(sorted(keys))})",
-            path=path,
+        raise fail(
+            f"{what} is signed by key {doc.get('key_id')!r}, which is not trusted (trusted: "
+            f"{', '.join(sorted(keys))})"
         )
     try:
         key.verify(raw, data)
     except InvalidSignature as exc:
-        raise BundleError(
-            f"bundle signature by key {doc['key_id']} does not match bundle.json: the bundle "
-            "was changed after it was signed; refusing it",
-            path=path,
+        signed = "bundle.json" if what == "bundle" else "its files and key"
+        raise fail(
+            f"{what} signature by key {doc['key_id']} does not match {signed}: it was changed "
+            "after it was signed; refusing it"
         ) from exc
     return str(doc["key_id"])

@@ -15,8 +15,13 @@ record, and who produced it. Two kinds, chosen by ``open_store(url)``:
   an expiry (best effort across hosts: it relies on the hosts' clocks, and a
   rare double compile is harmless because the first publish wins).
 
-Nothing here trusts what it reads: ``verify_entry`` checks every file against
-the manifest, and callers refuse and delete an entry that fails.
+Nothing here trusts what it reads. An entry is data, never paths:
+``verify_entry`` refuses any file name that is not one plain name (no
+separator, no ``..``, no leading dot, not absolute, no link) or that the
+backend does not declare, then checks every file against the manifest; callers
+refuse and delete an entry that fails before writing a byte of it. A signed
+entry's signature (``warmkit._signing``) covers ``signed_bytes(meta)``: the
+manifest, so every file's sha256 and the key it is stored under.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ import shutil
 import socket
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlsplit, urlunsplit
@@ -48,6 +53,7 @@ __all__ = [
     "StoredEntry",
     "entry_meta",
     "open_store",
+    "signed_bytes",
     "verify_entry",
 ]
 
@@ -76,11 +82,50 @@ class StoredEntry:
         key: the entry key, e.g. ``"triton/<hash>"``.
         files: file name -> content.
         meta: the manifest written with it (``entry_meta``).
+        odd: members that are not plain files (links, directories, names
+            that are not text); an entry with any is refused.
     """
 
     key: str
     files: Mapping[str, bytes]
     meta: Mapping[str, Any]
+    odd: tuple[str, ...] = ()
+
+
+#: The field of an entry's manifest that holds its signature document (``warmkit._signing``).
+SIGNATURE = "signature"
+
+
+def signed_bytes(meta: Mapping[str, Any]) -> bytes:
+    """What an entry's signature covers: its manifest (less the signature), canonical JSON.
+
+    The manifest holds the store key and every file's sha256 and size, so a
+    signature can serve neither other files nor another key. The prefix keeps
+    a bundle's signature from ever passing for an entry's.
+    """
+    body = {k: v for k, v in meta.items() if k != SIGNATURE}
+    return b"warmkit-store-entry\n" + json.dumps(
+        body, sort_keys=True, separators=(",", ":")
+    ).encode()
+
+
+def name_problems(
+    names: Iterator[str] | list[str], allowed: Callable[[str], bool] | None = None
+) -> list[str]:
+    """Every file name of an entry that may not be written: a path, a dot-name, an undeclared name.
+
+    Args:
+        names: the entry's file names (from its files and its manifest).
+        allowed: the backend's declaration (``FleetCapable.entry_file_allowed``);
+            None checks only that each is one plain name.
+    """
+    problems = []
+    for name in sorted({str(n) for n in names}):
+        if not _FILE_RE.match(name) or name == DirectoryStore.META:
+            problems.append(f"file name {name!r} is not a plain file name (a path, link or dot-name)")
+        elif allowed is not None and not allowed(name):
+            problems.append(f"file name {name!r} is not one its backend declares")
+    return problems
 
 
 def entry_meta(key: str, files: Mapping[str, bytes], **info: Any) -> dict[str, Any]:
@@ -102,14 +147,26 @@ def entry_meta(key: str, files: Mapping[str, bytes], **info: Any) -> dict[str, A
     }
 
 
-def verify_entry(entry: StoredEntry) -> list[str]:
+def verify_entry(entry: StoredEntry, allowed: Callable[[str], bool] | None = None) -> list[str]:
     """Every way ``entry`` differs from its own manifest; empty when it is intact.
 
-    Checks the format and the key, then every listed file's size and sha256
-    (``warmkit._integrity.compare``, the same check as for local entries),
-    and refuses files the manifest does not list.
+    Checks every file name first (``name_problems``: members that are not plain
+    files, paths, dot-names, names ``allowed`` refuses), then the format and
+    the key, then every listed file's size and sha256
+    (``warmkit._integrity.compare``, the same check as for local entries), and
+    refuses files the manifest does not list.
+
+    Args:
+        entry: what the store returned.
+        allowed: the backend's declared file names, when the entry is one of its cache entries.
     """
     meta = entry.meta
+    listed = meta.get("files") if isinstance(meta, Mapping) else None
+    names = [*entry.files, *(listed if isinstance(listed, Mapping) else ())]
+    bad = [f"{n!r} is not a plain file (a link or directory)" for n in entry.odd]
+    bad += name_problems(names, allowed)
+    if bad:
+        return [f"entry {entry.key}: {p}" for p in bad]
     if not isinstance(meta, Mapping) or meta.get("format") != ENTRY_FORMAT:
         return [f"entry {entry.key}: unreadable manifest (format {meta.get('format')!r})"]
     if meta.get("key") != entry.key:
@@ -264,21 +321,25 @@ class RedisStore:
             raise StoreError(
                 f"a redis:// store needs the redis client: {REDIS_INSTALL_HINT}", url=self.url
             ) from None
-        self._errors: tuple[type[BaseException], ...] = (
-            redis.exceptions.ConnectionError,
-            redis.exceptions.TimeoutError,
-            OSError,
-        )
+        # Every error of the server or the link (an -OOM reply, WRONGTYPE, a dropped
+        # connection) is the store's trouble, never the key's: Fleet degrades on it.
+        self._errors: tuple[type[BaseException], ...] = (redis.exceptions.RedisError, OSError)
         password = None if urlsplit(url).password else _envs.get("WARMKIT_STORE_PASSWORD")
-        # Fail fast: a store that does not answer must degrade a warmup, not stall it.
-        self._r = redis.Redis.from_url(
-            url,
-            password=password,
-            socket_timeout=5,
-            socket_connect_timeout=2,
-            retry_on_timeout=False,
-            retry=Retry(NoBackoff(), 0),
-        )
+        try:
+            # Fail fast: a store that does not answer must degrade a warmup, not stall it.
+            self._r = redis.Redis.from_url(
+                url,
+                password=password,
+                socket_timeout=5,
+                socket_connect_timeout=2,
+                retry_on_timeout=False,
+                retry=Retry(NoBackoff(), 0),
+            )
+        except ValueError as exc:  # a malformed port or db: a configuration error
+            raise StoreError(
+                f"malformed store URL ({exc}); use redis://[user:password@]host:port/db",
+                url=self.url,
+            ) from None
         self._put = self._r.register_script(_PUT)
         self._delete_if = self._r.register_script(_DELETE_IF)
         self._renew = self._r.register_script(_RENEW)
@@ -294,18 +355,27 @@ class RedisStore:
         try:
             return fn(*args, **kwargs)
         except self._errors as exc:
-            raise StoreUnavailableError(f"unreachable ({exc})", url=self.url) from exc
+            raise StoreUnavailableError(
+                f"unreachable or failing ({type(exc).__name__}: {exc})", url=self.url
+            ) from exc
 
     def get(self, key: str) -> StoredEntry | None:
         raw = self._call(self._r.hgetall, self._entry(key))
         if not raw:
             return None
-        files = {k[5:].decode(): v for k, v in raw.items() if k.startswith(b"file:")}
+        files, odd = {}, []
+        for k, v in raw.items():
+            if k.startswith(b"file:"):
+                try:
+                    files[k[5:].decode()] = v
+                except UnicodeDecodeError:
+                    odd.append(repr(k[5:]))
         try:
             meta = json.loads(raw.get(b"meta", b"null"))
         except ValueError:
             meta = {"format": None}
-        return StoredEntry(key, files, meta if isinstance(meta, dict) else {"format": None})
+        meta = meta if isinstance(meta, dict) else {"format": None}
+        return StoredEntry(key, files, meta, tuple(odd))
 
     def put(self, key: str, files: Mapping[str, bytes], meta: Mapping[str, Any]) -> bool:
         args: list[Any] = ["meta", json.dumps(meta, sort_keys=True)]
@@ -358,7 +428,7 @@ class _FileLease:
     def release(self) -> None:
         path = self._store._lease(self.key)
         if self._store._lease_token(path) == self._token:
-            path.unlink(missing_ok=True)
+            self._store._io(path.unlink, True)
 
 
 class DirectoryStore:
@@ -369,6 +439,8 @@ class DirectoryStore:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.root = Path(path).expanduser().absolute()
         self.url = str(self.root)
+        # The lifetime a lease's holder renews it within (acquire() sets the fleet's own).
+        self.lease_seconds: float = _envs.get("WARMKIT_LEASE_SECONDS")
         try:
             for sub in ("entries", "leases", ".staging"):
                 (self.root / sub).mkdir(parents=True, exist_ok=True)
@@ -391,20 +463,25 @@ class DirectoryStore:
 
     def get(self, key: str) -> StoredEntry | None:
         d = self._dir(key)
+        files, odd = {}, []
         try:
             meta_raw = self._io((d / self.META).read_bytes)
-            files = {
-                p.name: self._io(p.read_bytes)
-                for p in self._io(lambda: sorted(d.iterdir()))
-                if p.name != self.META and p.is_file()
-            }
+            for p in self._io(lambda: sorted(d.iterdir())):
+                if p.name == self.META:
+                    continue
+                # A link is never followed: it could serve any file of this host as the entry's.
+                if p.is_symlink() or not p.is_file():
+                    odd.append(p.name)
+                else:
+                    files[p.name] = self._io(p.read_bytes)
         except FileNotFoundError:
             return None  # absent, or removed while being read
         try:
             meta = json.loads(meta_raw)
         except ValueError:
             meta = {"format": None}
-        return StoredEntry(key, files, meta if isinstance(meta, dict) else {"format": None})
+        meta = meta if isinstance(meta, dict) else {"format": None}
+        return StoredEntry(key, files, meta, tuple(odd))
 
     def put(self, key: str, files: Mapping[str, bytes], meta: Mapping[str, Any]) -> bool:
         final = self._dir(key)
@@ -453,27 +530,45 @@ class DirectoryStore:
 
     def keys(self) -> Iterator[str]:
         base = self.root / "entries"
-        for meta in sorted(base.glob(f"**/{self.META}")):
+        for meta in self._io(lambda: sorted(base.glob(f"**/{self.META}"))):
             yield meta.parent.relative_to(base).as_posix()
 
-    # Leases: a file holding a token and an expiry time, replaced atomically.
+    # Leases: a file holding a token and an expiry time, replaced atomically; its holder
+    # rewrites it every third of its lifetime, so its mtime is a heartbeat as well.
     def _lease_token(self, path: Path) -> str | None:
         try:
             data = json.loads(path.read_text())
+            mtime = path.stat().st_mtime
         except (OSError, ValueError):
             return None
-        if data.get("expires", 0) < time.time():
+        if not isinstance(data, dict):
             return None
-        return data.get("token")
+        now = time.time()
+        expires = data.get("expires")
+        if not isinstance(expires, (int, float)) or expires < now:
+            return None
+        # A lease not renewed for a whole lifetime is stale, whatever expiry it claims (a
+        # clock ahead, a hand-made file): it is taken over then, not after WARMKIT_WAIT_SECONDS.
+        if now - mtime > self.lease_seconds:
+            return None
+        token = data.get("token")
+        return token if isinstance(token, str) else None
 
     def _write_lease(self, path: Path, token: str, ttl: float) -> None:
         tmp = path.with_name(f".{path.name}.{token}.tmp")
-        tmp.write_text(json.dumps({"token": token, "expires": time.time() + ttl}))
-        os.replace(tmp, path)
+        try:
+            tmp.write_text(json.dumps({"token": token, "expires": time.time() + ttl}))
+            os.replace(tmp, path)
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            raise StoreUnavailableError(
+                f"cannot write lease {path.name} ({exc})", url=self.url
+            ) from exc
 
     def acquire(self, key: str, ttl: float) -> Lease | None:
         path = self._lease(key)
         token = uuid.uuid4().hex
+        self.lease_seconds = ttl
         try:
             fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
             os.close(fd)

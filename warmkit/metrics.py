@@ -10,7 +10,10 @@ one given), so an engine's ``/metrics`` endpoint shows them:
   module load with no compile) or ``refused`` (error mode);
 * ``warmkit_warmup_seconds`` (gauge): the wall time of the last warmup;
 * ``warmkit_warmup_keys{status}`` (gauge): the last warmup's keys by status
-  (``compiled``, ``cached``, ``failed``, ``skipped``).
+  (``compiled``, ``cached``, ``failed``, ``skipped``);
+* ``warmkit_store_refused_total{kind}`` (counter): shared-store entries refused
+  (unsigned or wrongly signed under trust, undeclared file names, corrupt);
+  ``kind`` is the entry key's kind (``triton``, ...).
 
 Example::
 
@@ -73,6 +76,12 @@ def enable(registry: Any = None) -> dict[str, Any]:
                 ["status"],
                 **kwargs,
             ),
+            "warmkit_store_refused_total": prom.Counter(
+                "warmkit_store_refused",
+                "Shared-store entries refused: unsigned, wrongly signed, undeclared names, corrupt",
+                ["kind"],
+                **kwargs,
+            ),
         }
         return _metrics
 
@@ -94,6 +103,13 @@ def observe_event(kernel: str, backend: str | None, kind: str) -> None:
     m = _metrics
     if m is not None:
         m["warmkit_runtime_compiles_total"].labels(kernel, backend or "-", kind).inc()
+
+
+def observe_store_refusal(kind: str) -> None:
+    """Count one refused store entry (called by ``warmkit._fleet``)."""
+    m = _metrics
+    if m is not None:
+        m["warmkit_store_refused_total"].labels(kind).inc()
 
 
 def observe_report(report: Any) -> None:

@@ -243,6 +243,7 @@ class Minimal:
                 "entry_files",
                 "entry_key_of",
                 "entry_info",
+                "entry_file_allowed",
             ],
         ),
         (warmkit.Executor, ["__call__"]),

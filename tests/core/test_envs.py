@@ -37,7 +37,9 @@ VALID = {
     "WARMKIT_BACKENDS": [("triton", ("triton",)), ("b, a,,a", ("a", "b")), ("", ())],
     "WARMKIT_BUNDLE": [("kernels.wkb", "kernels.wkb"), (" /b/k.wkb ", "/b/k.wkb"), ("", None)],
     "WARMKIT_COMPILE_TIMEOUT": [("30", 30.0), (" 0.5 ", 0.5), ("off", None), ("", None)],
-    "WARMKIT_BUNDLE_TRUST": [("/k/a.pub, /k/b.pub", ("/k/a.pub", "/k/b.pub")), ("", ())],
+    "WARMKIT_BUNDLE_TRUST": [("/k/a.pub, /k/b.pub", ("/k/a.pub", "/k/b.pub"))],
+    "WARMKIT_TRUST": [("/k/a.pub, /k/b.pub", ("/k/a.pub", "/k/b.pub")), ("k.pub", ("k.pub",))],
+    "WARMKIT_SIGNING_KEY": [(" /k/fleet.pem ", "/k/fleet.pem")],
     "WARMKIT_PLUGINS": [("triton,blocktable.slot_mapping", ("blocktable.slot_mapping", "triton"))],
     "WARMKIT_MAX_POINTS": [("10", 10), ("1_000_000", 1_000_000)],
     "WARMKIT_RANK": [("0", 0), ("3", 3), (" 7 ", 7)],
@@ -65,7 +67,11 @@ INVALID = {
     "WARMKIT_STORE_REQUIRED": ["", "sometimes"],
     "WARMKIT_READ_ONLY": ["", "ro"],
     "WARMKIT_WAIT_SECONDS": ["0", "-1", "long"],
-    "WARMKIT_LEASE_SECONDS": ["0", "never"],
+    "WARMKIT_LEASE_SECONDS": ["0", "never", "inf", "-5", "nan"],
+    # an empty trust list once turned signature checks off without a word
+    "WARMKIT_TRUST": ["", " , "],
+    "WARMKIT_BUNDLE_TRUST": ["", ","],
+    "WARMKIT_SIGNING_KEY": [""],
 }
 
 FIELD_VARS = {f.name: f"WARMKIT_{f.name.upper()}" for f in attrs.fields(WarmupConfig)}

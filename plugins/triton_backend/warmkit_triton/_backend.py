@@ -58,6 +58,7 @@ from ._cache import (
     complete_entry,
     custom_cache_manager,
     entry_dir,
+    entry_file_allowed,
     entry_hash,
     record_entry,
     verify_cache_entry,
@@ -540,6 +541,14 @@ class TritonBackend:
     def entry_key_of(self, directory: str | os.PathLike[str]) -> str | None:
         """The hash of the entry in ``directory`` (the inverse of ``entry_dir``); None if not one."""
         return entry_hash(directory)
+
+    def entry_file_allowed(self, name: str) -> bool:
+        """Whether a Triton cache entry holds files named ``name`` (``_cache.ENTRY_FILE``).
+
+        ``__grp__<kernel>.json``, ``<kernel>.<stage>`` (json, ttir, ttgir, llir,
+        ptx, cubin, source, amdgcn, hsaco ...) and warmkit's ``warmkit-aot.json``.
+        """
+        return entry_file_allowed(name)
 
     def entry_info(self, directory: str | os.PathLike[str]) -> dict[str, Any]:
         """What ``warmkit cache info`` shows of an entry: kernel, target, why stale (``_aot.describe_entry``)."""

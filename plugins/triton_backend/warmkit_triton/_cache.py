@@ -20,6 +20,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,8 +31,10 @@ from . import _triton_api as api
 from ._aot import AOT_RECORD
 
 __all__ = [
+    "ENTRY_FILE",
     "complete_entry",
     "entry_dir",
+    "entry_file_allowed",
     "entry_hash",
     "record_entry",
     "verify_cache_entry",
@@ -63,6 +66,21 @@ def complete_entry(directory: Path) -> dict[str, Path] | None:
                 files[AOT_RECORD] = record
             return files
     return None
+
+
+#: The names a Triton cache entry's files have: the group file, one file per compile stage
+#: of the kernel (``<name>.<stage>``; CUDA and ROCm stages), and warmkit's AOT record. A
+#: store entry holding any other name is refused (``FleetCapable.entry_file_allowed``).
+ENTRY_FILE = re.compile(
+    rf"^(?:{re.escape(api.GROUP_FILE_PREFIX)}[A-Za-z_][A-Za-z0-9_]*\.json"
+    r"|[A-Za-z_][A-Za-z0-9_]*\.(?:json|source|ttir|ttgir|llir|ptx|cubin|amdgcn|hsaco|spv|ttgir_tlx)"
+    rf"|{re.escape(AOT_RECORD)})$"
+)
+
+
+def entry_file_allowed(name: str) -> bool:
+    """Whether ``name`` is a file name a Triton cache entry holds (``ENTRY_FILE``)."""
+    return ENTRY_FILE.match(name) is not None
 
 
 def entry_hash(directory: str | os.PathLike[str]) -> str | None:
