@@ -149,11 +149,11 @@ class Fleet:
         with self._lock:
             first, self._down = not self._down, True
         if first:
+            # exc names the store ("store <url>: unreachable or failing (...)")
             logger.warning(
-                "warmkit store %s is unreachable (%s); this warmup compiles locally. "
-                "Set store_required=True (WARMKIT_STORE_REQUIRED=1) to fail instead.",
-                self.url,
-                exc,
+                "warmkit %s; this warmup compiles locally. Set store_required=True "
+                "(WARMKIT_STORE_REQUIRED=1) to fail instead.",
+                exc if exc.url else f"store {self.url}: {exc}",
             )
 
     def _call(self, fn: Callable[..., Any], *args: Any, default: Any = None) -> Any:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import json
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import attrs
@@ -72,6 +72,9 @@ class WarmupReport:
         target: the configured target (None = current device).
         jobs: the parallelism used.
         monitor: the mode the monitor was armed with (``"off"`` if not armed).
+        store_refused: shared-store entries refused during the warmup (their
+            keys then compiled locally): ``{store key: why}`` (unsigned or
+            wrongly signed under ``WARMKIT_TRUST``, undeclared file names, corrupt).
         cancelled: True when SIGINT (Ctrl-C) interrupted the warmup; keys it
             never finished are ``skipped`` with the reason.
 
@@ -87,6 +90,7 @@ class WarmupReport:
     jobs: int = 1
     monitor: str = "off"
     cancelled: bool = False
+    store_refused: Mapping[str, str] = attrs.field(factory=dict)
 
     def count(self, status: str) -> int:
         return self._counts.get(status, 0)
@@ -138,6 +142,7 @@ class WarmupReport:
             "monitor": self.monitor,
             "cancelled": self.cancelled,
             "totals": self.totals(),
+            "store_refused": dict(self.store_refused),
         }
 
     def to_dict(self) -> dict[str, Any]:

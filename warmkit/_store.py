@@ -324,6 +324,7 @@ class RedisStore:
         # Every error of the server or the link (an -OOM reply, WRONGTYPE, a dropped
         # connection) is the store's trouble, never the key's: Fleet degrades on it.
         self._errors: tuple[type[BaseException], ...] = (redis.exceptions.RedisError, OSError)
+        self._response_error = redis.exceptions.ResponseError
         password = None if urlsplit(url).password else _envs.get("WARMKIT_STORE_PASSWORD")
         try:
             # Fail fast: a store that does not answer must degrade a warmup, not stall it.
@@ -360,7 +361,18 @@ class RedisStore:
             ) from exc
 
     def get(self, key: str) -> StoredEntry | None:
-        raw = self._call(self._r.hgetall, self._entry(key))
+        try:
+            raw = self._r.hgetall(self._entry(key))
+        except self._response_error as exc:
+            if "WRONGTYPE" not in str(exc):
+                raise StoreUnavailableError(f"failing ({exc})", url=self.url) from exc
+            # Something else (not a hash) sits at the entry's key: an unreadable entry, which
+            # the fleet deletes and replaces with its own compile's.
+            return StoredEntry(key, {}, {"format": None})
+        except self._errors as exc:
+            raise StoreUnavailableError(
+                f"unreachable or failing ({type(exc).__name__}: {exc})", url=self.url
+            ) from exc
         if not raw:
             return None
         files, odd = {}, []

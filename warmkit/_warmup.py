@@ -210,6 +210,7 @@ def _warmup(
         jobs=jobs,
         monitor="off" if failures or filtered_out or interrupted else config.monitor,
         cancelled=interrupted is not None,
+        store_refused=dict(loop.fleet.refused) if loop.fleet is not None else {},
     )
     metrics.observe_report(report)
     ready = sum(report.count(s) for s in ("compiled", "cached", "waited", "fetched"))
