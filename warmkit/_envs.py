@@ -228,7 +228,9 @@ ENVIRONMENT: dict[str, EnvVar] = {
     ),
     # A publisher's private key: every entry it publishes to the store is signed with it.
     "WARMKIT_SIGNING_KEY": EnvVar(
-        None, _path, "Ed25519 private key (PEM) that signs the store entries this process publishes."
+        None,
+        _path,
+        "Ed25519 private key (PEM) that signs the store entries this process publishes.",
     ),
     # Record every runtime JIT event after warmup into this manifest ({rank} allowed).
     "WARMKIT_RECORD": EnvVar(
@@ -260,7 +262,9 @@ ENVIRONMENT: dict[str, EnvVar] = {
     ),
     # The fleet-wide lease on a key being compiled: renewed every third; a dead holder's expires.
     "WARMKIT_LEASE_SECONDS": EnvVar(
-        30.0, _lease_seconds, "Lifetime of a store lease on a key being compiled (renewed while alive)."
+        30.0,
+        _lease_seconds,
+        "Lifetime of a store lease on a key being compiled (renewed while alive).",
     ),
     # Budget for one search-space expansion, checked before any work.
     "WARMKIT_MAX_POINTS": EnvVar(

@@ -437,6 +437,15 @@ class Fleet:
         while True:
             if self._install(backend, ek, store_key, target):
                 return self._load(plain, "fetched", name, key, ek)
+            if self.store_required and store_key in self.refused:
+                raise StoreError(
+                    f"entry {store_key} of kernel {name!r} key {key!r} was refused "
+                    f"({self.refused[store_key]}) and deleted; with store_required "
+                    "(WARMKIT_STORE_REQUIRED) it is not compiled here. Warm up again: the next "
+                    "publisher replaces it",
+                    url=self.url,
+                    key=store_key,
+                )
             if self.store is None:  # went away: compile locally
                 return self._produce(plain, backend, ek, store_key, name, key, target, None)
             lease = self._call(lambda: self.store.acquire(store_key, self.lease_seconds))  # type: ignore[union-attr]

@@ -104,9 +104,9 @@ def signed_bytes(meta: Mapping[str, Any]) -> bytes:
     a bundle's signature from ever passing for an entry's.
     """
     body = {k: v for k, v in meta.items() if k != SIGNATURE}
-    return b"warmkit-store-entry\n" + json.dumps(
-        body, sort_keys=True, separators=(",", ":")
-    ).encode()
+    return (
+        b"warmkit-store-entry\n" + json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+    )
 
 
 def name_problems(
@@ -122,7 +122,9 @@ def name_problems(
     problems = []
     for name in sorted({str(n) for n in names}):
         if not _FILE_RE.match(name) or name == DirectoryStore.META:
-            problems.append(f"file name {name!r} is not a plain file name (a path, link or dot-name)")
+            problems.append(
+                f"file name {name!r} is not a plain file name (a path, link or dot-name)"
+            )
         elif allowed is not None and not allowed(name):
             problems.append(f"file name {name!r} is not one its backend declares")
     return problems

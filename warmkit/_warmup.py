@@ -194,7 +194,6 @@ def _warmup(
     if config.target is None and interrupted is None:
         _rehearse(registry, plan)
     entries.sort(key=_plan_order(plan, recorded))
-
     elapsed = time.perf_counter() - t_start
     failures = [e for e in entries if e.status == "failed"]
     # Every key skipped by the allow-list (not just unreplayable recorded entries, which are
@@ -210,7 +209,7 @@ def _warmup(
         jobs=jobs,
         monitor="off" if failures or filtered_out or interrupted else config.monitor,
         cancelled=interrupted is not None,
-        store_refused=dict(loop.fleet.refused) if loop.fleet is not None else {},
+        store_refused=dict(loop.fleet.refused),  # fleet_for() always made one
     )
     metrics.observe_report(report)
     ready = sum(report.count(s) for s in ("compiled", "cached", "waited", "fetched"))

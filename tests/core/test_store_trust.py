@@ -85,9 +85,10 @@ def test_a_name_that_is_a_path_or_undeclared_is_refused(name, problem):
 def test_a_name_listed_only_in_the_manifest_is_refused_too():
     meta = entry_meta("triton/abc", FILES)
     meta["files"]["../../x"] = {"sha256": "0" * 64, "size": 1}
-    assert "'../../x' is not a plain file name" in verify_entry(
-        StoredEntry("triton/abc", FILES, meta)
-    )[0]
+    assert (
+        "'../../x' is not a plain file name"
+        in verify_entry(StoredEntry("triton/abc", FILES, meta))[0]
+    )
 
 
 def test_a_link_in_a_directory_store_entry_is_never_followed(tmp_path):
@@ -292,7 +293,9 @@ def test_a_malformed_port_is_a_store_error_at_open():
 
 def test_an_infinite_lease_is_a_config_error(monkeypatch, tmp_path):
     monkeypatch.setenv("WARMKIT_LEASE_SECONDS", "inf")
-    with pytest.raises(ValueError, match="WARMKIT_LEASE_SECONDS='inf' is invalid: expected a finite"):
+    with pytest.raises(
+        ValueError, match="WARMKIT_LEASE_SECONDS='inf' is invalid: expected a finite"
+    ):
         Fleet(str(tmp_path / "s"))
 
 
