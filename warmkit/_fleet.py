@@ -183,7 +183,7 @@ class Fleet:
             return None
         problems = verify_entry(entry, allowed) or self._signature_problems(key, entry)
         if problems:
-            self._refuse(key, entry, "; ".join(problems))
+            self._refuse(key, entry, "; ".join(p.removeprefix(f"entry {key}: ") for p in problems))
             return None
         return entry
 
@@ -214,10 +214,10 @@ class Fleet:
             key,
             why,
         )
-        # An unreadable manifest cannot name the entry to delete: delete whatever is there
-        # (at worst a good entry republished meanwhile, which is published again).
-        meta = entry.meta if entry.meta.get("format") is not None else None
-        self._call(lambda: self.store.delete(key, meta))  # type: ignore[union-attr]
+        # Exactly the entry judged bad (its manifest's bytes as stored, however they are
+        # spelled); without a manifest, whatever is there (at worst a good entry republished
+        # meanwhile, which is published again).
+        self._call(lambda: self.store.delete(key, entry.raw_meta))  # type: ignore[union-attr]
         self._count("refused")
         with self._lock:
             self.refused[key] = why

@@ -84,12 +84,15 @@ class StoredEntry:
         meta: the manifest written with it (``entry_meta``).
         odd: members that are not plain files (links, directories, names
             that are not text); an entry with any is refused.
+        raw_meta: the manifest's bytes as stored: ``delete(key, raw_meta)``
+            removes exactly this entry, however its writer spelled the JSON.
     """
 
     key: str
     files: Mapping[str, bytes]
     meta: Mapping[str, Any]
     odd: tuple[str, ...] = ()
+    raw_meta: bytes | None = attrs.field(default=None, repr=False)
 
 
 #: The field of an entry's manifest that holds its signature document (``warmkit._signing``).
@@ -212,8 +215,8 @@ class Store(Protocol):
         """Publish atomically; False when an entry was already there (it is kept)."""
         ...
 
-    def delete(self, key: str, meta: Mapping[str, Any] | None = None) -> None:
-        """Remove the entry; with ``meta``, only if it is still that entry."""
+    def delete(self, key: str, meta: Mapping[str, Any] | bytes | None = None) -> None:
+        """Remove the entry; with ``meta`` (a manifest or its stored bytes), only if still that entry."""
         ...
 
     def keys(self) -> Iterator[str]:
@@ -389,7 +392,7 @@ class RedisStore:
         except ValueError:
             meta = {"format": None}
         meta = meta if isinstance(meta, dict) else {"format": None}
-        return StoredEntry(key, files, meta, tuple(odd))
+        return StoredEntry(key, files, meta, tuple(odd), raw.get(b"meta"))
 
     def put(self, key: str, files: Mapping[str, bytes], meta: Mapping[str, Any]) -> bool:
         args: list[Any] = ["meta", json.dumps(meta, sort_keys=True)]
@@ -397,13 +400,12 @@ class RedisStore:
             args += [f"file:{name}", data]
         return bool(self._call(self._put, keys=[self._entry(key)], args=args))
 
-    def delete(self, key: str, meta: Mapping[str, Any] | None = None) -> None:
+    def delete(self, key: str, meta: Mapping[str, Any] | bytes | None = None) -> None:
         if meta is None:
             self._call(self._r.delete, self._entry(key))
         else:
-            self._call(
-                self._delete_if, keys=[self._entry(key)], args=[json.dumps(meta, sort_keys=True)]
-            )
+            raw = meta if isinstance(meta, bytes) else json.dumps(meta, sort_keys=True)
+            self._call(self._delete_if, keys=[self._entry(key)], args=[raw])
 
     def keys(self) -> Iterator[str]:
         start = len(f"{_PREFIX}entry:")
@@ -495,7 +497,7 @@ class DirectoryStore:
         except ValueError:
             meta = {"format": None}
         meta = meta if isinstance(meta, dict) else {"format": None}
-        return StoredEntry(key, files, meta, tuple(odd))
+        return StoredEntry(key, files, meta, tuple(odd), meta_raw)
 
     def put(self, key: str, files: Mapping[str, bytes], meta: Mapping[str, Any]) -> bool:
         final = self._dir(key)
@@ -524,9 +526,15 @@ class DirectoryStore:
         finally:
             shutil.rmtree(staged, ignore_errors=True)
 
-    def delete(self, key: str, meta: Mapping[str, Any] | None = None) -> None:
+    def delete(self, key: str, meta: Mapping[str, Any] | bytes | None = None) -> None:
         d = self._dir(key)
-        if meta is not None:
+        if isinstance(meta, bytes):
+            try:
+                if (d / self.META).read_bytes() != meta:
+                    return  # republished meanwhile: not the entry that was judged bad
+            except OSError:
+                pass  # gone or unreadable: the bad entry may go
+        elif meta is not None:
             try:
                 current = json.loads((d / self.META).read_text())
             except (OSError, ValueError):

@@ -5,7 +5,7 @@
 SPEC: ``{"cache", "store", "target", "ready", "go", "out", "hang_on_lease"}``. The
 child writes ``ready``, waits for ``go`` (so that every rank starts at once),
 warms up with Triton's compile listener counting real compiles, and writes
-``out``: ``{"compiles", "statuses", "complete"}``. With ``hang_on_lease`` it
+``out``: ``{"compiles", "statuses", "complete", "seconds", "store_refused"}``. With ``hang_on_lease`` it
 stops inside its first compile made under a fleet lease (writing
 ``out + ".leased"``) until it is killed.
 """
@@ -83,6 +83,7 @@ def main() -> None:
                 "statuses": [e.status for e in report.entries],
                 "complete": complete_entries(Path(spec["cache"])),
                 "seconds": report.seconds,
+                "store_refused": dict(report.store_refused),
             }
         )
     )

@@ -66,9 +66,11 @@ def spawn(tmp: Path, name: str, cache: Path, store: str | None, **extra) -> tupl
     return proc, spec
 
 
-def run_ranks(tmp: Path, ranks: list[tuple[str, Path]], store: str | None) -> list[dict]:
-    """Start every rank, release them at one instant, and collect what each saw."""
-    procs = [spawn(tmp, name, cache, store) for name, cache in ranks]
+def run_ranks(
+    tmp: Path, ranks: list[tuple[str, Path]], store: str | None, **env: str
+) -> list[dict]:
+    """Start every rank (with ``env``'s WARMKIT_* variables), release them at once, collect."""
+    procs = [spawn(tmp, name, cache, store, **env) for name, cache in ranks]
     deadline = time.monotonic() + 240
     while not all(Path(s["ready"]).exists() for _, s in procs):
         assert time.monotonic() < deadline, "ranks did not start"
