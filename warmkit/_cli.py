@@ -347,11 +347,13 @@ def _cmd_cache(args: argparse.Namespace) -> int:
     if args.cache_command != "verify":
         return _cmd_cache_upkeep(args)
     from ._backend import entry_check
+    from ._fleet import provenance_check
     from ._integrity import iter_entries, verify_cache
 
     result: dict[str, Any] = {}
     for name, backend, root in _cache_backends(args):
-        check = entry_check(backend)
+        # entries that came from a store: their signature and signed sha256s too
+        check = provenance_check(backend, entry_check(backend))
         bad = verify_cache(root, check, move=args.quarantine)
         result[name] = {
             "directory": root,

@@ -40,6 +40,7 @@ import contextlib
 import contextvars
 import json
 import logging
+import os
 import shutil
 import tempfile
 import threading
@@ -69,11 +70,13 @@ from ._store import (
     verify_entry,
 )
 
-__all__ = ["Fleet", "current_fleet"]
+__all__ = ["PROVENANCE", "Fleet", "current_fleet", "provenance_check", "provenance_problems"]
 
 logger = logging.getLogger(__name__)
 
 LOCK_DIR = ".warmkit-locks"
+#: Next to an entry installed from a store: its signed manifest, for ``warmkit cache verify``.
+PROVENANCE = "warmkit-store.json"
 
 _current: contextvars.ContextVar[Fleet | None] = contextvars.ContextVar(
     "warmkit_fleet", default=None
@@ -559,8 +562,107 @@ class Fleet:
             return False
         finally:
             shutil.rmtree(staged, ignore_errors=True)
+        self._record_provenance(final, store_key, entry)
         self._count("fetched")
         return True
+
+    def _record_provenance(self, final: Path, store_key: str, entry: StoredEntry) -> None:
+        """Keep the entry's signed manifest next to it, so ``warmkit cache verify`` re-checks it."""
+        from ._integrity import read_record
+
+        try:
+            installed = read_record(final) or {}
+        except ValueError:
+            installed = {}
+        listed = entry.meta.get("files") or {}
+        # Files the backend rewrote when it installed the entry (Triton's group files hold
+        # absolute paths): what they became, since they no longer match the signed sha256s.
+        rewritten = {
+            n: installed[n]
+            for n in listed
+            if n in installed and installed[n]["sha256"] != listed[n]["sha256"]
+        }
+        doc = {
+            "store": self.url,
+            "key": store_key,
+            "meta": dict(entry.meta),
+            "rewritten": rewritten,
+        }
+        tmp = final / f".{PROVENANCE}.{os.getpid()}.tmp"
+        try:
+            tmp.write_text(json.dumps(doc, sort_keys=True))
+            os.replace(tmp, final / PROVENANCE)
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            logger.warning(
+                "cannot record where entry %s came from (%s); `warmkit cache verify` will not "
+                "re-check its signature",
+                store_key,
+                exc,
+            )
+
+
+def provenance_problems(backend: Any, entry: Path, trusted: dict[str, Any]) -> list[str]:
+    """What is wrong with a local entry that came from a store (``PROVENANCE``); [] otherwise.
+
+    Its recorded manifest must be for this entry's key, signed by a trusted key
+    when trust is configured, and every file must still have its signed sha256
+    (or, for a file the backend rewrote at install, what it became then).
+    """
+    try:
+        doc = json.loads((Path(entry) / PROVENANCE).read_text())
+    except FileNotFoundError:
+        return []  # compiled here, or installed from a bundle: nothing to re-check
+    except (OSError, ValueError) as exc:
+        return [f"unreadable store provenance {PROVENANCE} ({exc})"]
+    meta, key = doc.get("meta") or {}, doc.get("key")
+    ek = backend.entry_key_of(entry) if isinstance(backend, FleetCapable) else None
+    if ek is not None and (key != f"{backend.name}/{ek}" or meta.get("key") != key):
+        return [f"came from store entry {meta.get('key')!r}, not this entry's key"]
+    problems = []
+    if trusted:
+        from ._signing import verify
+
+        sig = meta.get(SIGNATURE)
+        try:
+            verify(
+                signed_bytes(meta),
+                None if sig is None else json.dumps(sig).encode(),
+                trusted,
+                what=f"store entry {key}",
+                error=ValueError,
+            )
+        except ValueError as exc:
+            problems.append(str(exc))
+    from ._integrity import compare, sha256_file
+
+    listed = meta.get("files") or {}
+    # each listed file by name (the integrity record leaves warmkit's own files out)
+    actual = {
+        n: {"sha256": sha256_file(p), "size": p.stat().st_size}
+        for n in listed
+        if not name_problems([n]) and (p := Path(entry) / n).is_file()
+    }
+    expected = {n: (doc.get("rewritten") or {}).get(n, want) for n, want in listed.items()}
+    problems += [f"{p} (signed in store entry {key})" for p in compare(expected, actual)]
+    return problems
+
+
+def provenance_check(backend: Any, check: Any) -> Any:
+    """``check`` (a backend's structural check, or None) plus ``provenance_problems`` under trust.
+
+    Raises:
+        ValueError: the trust settings are unusable (``_trust``).
+    """
+    trusted, _ = _trust()
+
+    def run(entry: Path) -> list[str]:
+        return [
+            *(check(entry) if check is not None else ()),
+            *provenance_problems(backend, entry, trusted),
+        ]
+
+    return run
 
 
 def _trust() -> tuple[dict[str, Any], str | None]:

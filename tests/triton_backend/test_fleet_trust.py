@@ -241,3 +241,54 @@ def test_two_hosts_with_trust_refuse_every_attack_and_compile_each_key_once(
     assert sorted(complete_entries(tmp_path / "host0")) == sorted(
         complete_entries(tmp_path / "host1")
     )
+
+
+def _verify(cache: Path, capsys) -> tuple[int, dict]:
+    from warmkit._cli import main
+
+    code = main(["cache", "verify", "--json", "--cache-dir", f"triton={cache}"])
+    return code, json.loads(capsys.readouterr().out)["triton"]
+
+
+def test_cache_verify_rechecks_the_signature_of_entries_from_a_store(
+    tmp_path, monkeypatch, redis_server, keys, capsys
+):
+    (_private, public), (attacker, _) = keys
+    monkeypatch.setenv("WARMKIT_SIGNING_KEY", str(attacker))  # a writer the fleet never trusted
+    warm(tmp_path / "a", monkeypatch, store=redis_server.url)
+    monkeypatch.delenv("WARMKIT_SIGNING_KEY")
+    fetched = warm(tmp_path / "b", monkeypatch, store=redis_server.url)  # no trust: served
+    assert fetched.totals()["fetched"] == K
+    code, result = _verify(tmp_path / "b", capsys)
+    assert result["bad"] == {} and code == 0  # without trust, the sha256s hold
+    monkeypatch.setenv("WARMKIT_TRUST", str(public))
+    code, result = _verify(tmp_path / "b", capsys)
+    assert code == 1 and len(result["bad"]) == K
+    for problems in result["bad"].values():
+        assert any("which is not trusted" in p for p in problems)
+    # an entry compiled here has no store provenance: nothing to re-check
+    code, result = _verify(tmp_path / "a", capsys)
+    assert code == 0 and result["bad"] == {}
+
+
+def test_cache_verify_finds_a_fetched_binary_changed_after_install(
+    tmp_path, monkeypatch, redis_server, keys, capsys
+):
+    (private, public), _ = keys
+    monkeypatch.setenv("WARMKIT_SIGNING_KEY", str(private))
+    monkeypatch.setenv("WARMKIT_TRUST", str(public))
+    warm(tmp_path / "a", monkeypatch, store=redis_server.url)
+    warm(tmp_path / "b", monkeypatch, store=redis_server.url)
+    code, result = _verify(tmp_path / "b", capsys)
+    assert code == 0 and result["bad"] == {}  # signed, relocated group files included
+    digest = _entries(redis_server.client())[0].split("/")[1]
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "b"))
+    entry = TritonBackend().entry_dir(digest)
+    cubin = entry / "add_kernel.cubin"
+    cubin.write_bytes(cubin.read_bytes()[:-8] + b"\x00" * 8)
+    warmkit._integrity.write_record(entry)  # even with its local record rewritten to match
+    code, result = _verify(tmp_path / "b", capsys)
+    (problems,) = result["bad"].values()
+    assert code == 1 and any(
+        "add_kernel.cubin sha256" in p and "signed in store entry triton/" in p for p in problems
+    )
