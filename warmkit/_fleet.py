@@ -134,6 +134,13 @@ class Fleet:
         self.signing_key: str | None = None
         if store is not None and not read_only:
             self.trusted, self.signing_key = _trust()
+            if self.trusted and self.signing_key is None:
+                logger.info(
+                    "warmkit store %s: WARMKIT_TRUST is set and WARMKIT_SIGNING_KEY is not, so "
+                    "this process fetches signed entries and publishes none (unsigned ones "
+                    "would be refused by every trusting host)",
+                    store,
+                )
             try:
                 self._store = open_store(store)
             except StoreUnavailableError as exc:
@@ -232,11 +239,12 @@ class Fleet:
         """Publish ``files`` as store entry ``key`` in one atomic step; False if not published.
 
         With ``WARMKIT_SIGNING_KEY`` set, the entry is signed (its files' sha256s
-        and its key). A read-only fleet, no store, an unreachable store, or an
-        entry that is already there (it is kept: the first publisher wins) all
+        and its key). A read-only fleet, no store, an unreachable store, trust
+        without a signing key (an unsigned entry would be refused), or an entry
+        that is already there (it is kept: the first publisher wins) all
         return False.
         """
-        if self.read_only or self.store is None:
+        if self.read_only or self.store is None or (self.trusted and self.signing_key is None):
             return False
         meta = entry_meta(key, files, **info)
         if self.signing_key is not None:

@@ -309,3 +309,35 @@ def test_a_stale_directory_lease_is_taken_over_within_its_lifetime(tmp_path):
     os.utime(path, (old, old))
     assert not store.holds_lease("triton/abc")
     assert store.acquire("triton/abc", ttl=30) is not None
+
+
+def test_trust_without_a_signing_key_publishes_nothing(url, keys, monkeypatch, caplog):
+    (_, public), _ = keys
+    monkeypatch.setenv("WARMKIT_TRUST", str(public))
+    with caplog.at_level(logging.INFO, logger="warmkit"):
+        fleet = Fleet(url)
+    assert fleet.publish("triton/abc", FILES) is False  # every trusting host would refuse it
+    assert open_store(url).get("triton/abc") is None
+    assert any("WARMKIT_SIGNING_KEY is not" in r.getMessage() for r in caplog.records)
+
+
+def test_a_refusal_is_counted_in_the_metrics(url, trusted):
+    prom = pytest.importorskip("prometheus_client")
+    from warmkit import metrics
+
+    registry = prom.CollectorRegistry()
+    metrics.disable()
+    metrics.enable(registry)
+    try:
+        store = open_store(url)
+        store.put("triton/abc", FILES, entry_meta("triton/abc", FILES))  # unsigned
+        assert Fleet(url).fetch("triton/abc") is None
+        assert registry.get_sample_value("warmkit_store_refused_total", {"kind": "triton"}) == 1
+    finally:
+        metrics.disable()
+
+
+def test_an_empty_bundle_trust_is_an_error_not_no_checks(monkeypatch, tmp_path):
+    monkeypatch.setenv("WARMKIT_BUNDLE_TRUST", "")
+    with pytest.raises(ValueError, match="WARMKIT_BUNDLE_TRUST='' is invalid: empty"):
+        warmkit.install_bundle(tmp_path / "any.wkb")
