@@ -47,6 +47,14 @@ def _backends(value: Any) -> tuple[str, ...] | None:
     return tuple(sorted({str(v).strip() for v in value if str(v).strip()}))
 
 
+def _store_url(_inst: Any, _attr: Any, url: str | None) -> None:
+    # A malformed store URL is a configuration error now, not a failure of every key later.
+    if url is not None:
+        from ._store import check_url
+
+        check_url(url)
+
+
 @attrs.frozen
 class WarmupConfig:
     """How ``warmkit.warmup`` runs. Every field has a ``WARMKIT_*`` variable (``from_env``).
@@ -91,7 +99,9 @@ class WarmupConfig:
     record: str | None = attrs.field(
         default=None, converter=lambda v: None if v is None else os.fspath(v)
     )
-    store: str | None = attrs.field(default=None, converter=lambda v: None if v is None else str(v))
+    store: str | None = attrs.field(
+        default=None, converter=lambda v: None if v is None else str(v), validator=_store_url
+    )
     store_required: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
     read_only: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
 

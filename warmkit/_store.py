@@ -48,10 +48,13 @@ from ._integrity import compare
 
 __all__ = [
     "REDIS_INSTALL_HINT",
+    "SIGNATURE",
     "Lease",
     "Store",
     "StoredEntry",
+    "check_url",
     "entry_meta",
+    "name_problems",
     "open_store",
     "signed_bytes",
     "verify_entry",
@@ -241,6 +244,32 @@ def _redact(url: str) -> str:
     netloc = parts.netloc.rsplit("@", 1)[1]
     user = f"{parts.username}:***@" if parts.username else ":***@"
     return urlunsplit(parts._replace(netloc=user + netloc))
+
+
+def check_url(url: str) -> None:
+    """Refuse a store URL that can never work, before any key is compiled.
+
+    Raises:
+        ValueError: an unknown scheme, or a ``redis://`` URL whose port or
+            database is not a number; the message names the URL (redacted).
+    """
+    scheme = urlsplit(url).scheme.lower() if "://" in url else ""
+    if scheme not in ("", "file", "redis", "rediss"):
+        raise ValueError(
+            f"store {_redact(url)!r}: unknown scheme {scheme!r}; use redis://host:port/db, "
+            "rediss://..., or a directory path"
+        )
+    if scheme in ("redis", "rediss"):
+        parts = urlsplit(url)
+        try:
+            parts.port  # noqa: B018 -- parsing it is the check
+            db = parts.path.strip("/")
+            if db and not db.isdigit():
+                raise ValueError(f"database {db!r} is not a number")
+        except ValueError as exc:
+            raise ValueError(
+                f"store {_redact(url)!r} is malformed ({exc}); use redis://[user:password@]host:port/db"
+            ) from None
 
 
 def open_store(url: str | os.PathLike[str]) -> Store:

@@ -341,3 +341,23 @@ def test_an_empty_bundle_trust_is_an_error_not_no_checks(monkeypatch, tmp_path):
     monkeypatch.setenv("WARMKIT_BUNDLE_TRUST", "")
     with pytest.raises(ValueError, match="WARMKIT_BUNDLE_TRUST='' is invalid: empty"):
         warmkit.install_bundle(tmp_path / "any.wkb")
+
+
+@pytest.mark.parametrize(
+    ("url", "problem"),
+    [
+        ("redis://127.0.0.1:notaport/0", "Port could not be cast to integer value as 'notaport'"),
+        ("redis://127.0.0.1:6379/zero", "database 'zero' is not a number"),
+        ("http://example.invalid/x", "unknown scheme 'http'"),
+    ],
+)
+def test_a_store_url_that_can_never_work_is_a_config_error(url, problem):
+    with pytest.raises(ValueError, match="store '") as info:
+        warmkit.WarmupConfig(store=url)
+    assert problem in str(info.value) and url.split("/")[2].split(":")[0] in str(info.value)
+
+
+def test_a_password_is_never_shown_in_a_config_error():
+    with pytest.raises(ValueError) as info:
+        warmkit.WarmupConfig(store="redis://user:hunter2@127.0.0.1:bad/0")
+    assert "hunter2" not in str(info.value) and "***" in str(info.value)
