@@ -12,6 +12,8 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
+import time
 from pathlib import Path
 
 import pytest
@@ -292,3 +294,22 @@ def test_cache_verify_finds_a_fetched_binary_changed_after_install(
     assert code == 1 and any(
         "add_kernel.cubin sha256" in p and "signed in store entry triton/" in p for p in problems
     )
+
+
+def test_a_stale_directory_lease_is_taken_over_not_waited_for(tmp_path, monkeypatch, caplog):
+    store = tmp_path / "store"
+    warm(tmp_path / "a", monkeypatch, store=str(store))
+    keys = list(open_store(store).keys())
+    fresh = tmp_path / "store2"
+    leases = open_store(fresh)
+    old = time.time() - 60  # not renewed for two lifetimes: its holder is gone
+    for key in keys:  # each claims another hour (a clock ahead, or a file left by hand)
+        path = leases._lease(key)
+        path.write_text(json.dumps({"token": "dead", "expires": time.time() + 3600}))
+        os.utime(path, (old, old))
+    monkeypatch.setenv("WARMKIT_WAIT_SECONDS", "1")
+    with caplog.at_level(logging.WARNING, logger="warmkit"):
+        report = warm(tmp_path / "b", monkeypatch, store=str(fresh))
+    assert report.ok and report.totals()["compiled"] == K
+    assert not [r for r in caplog.records if "WARMKIT_WAIT_SECONDS" in r.getMessage()]
+    assert sorted(open_store(fresh).keys()) == sorted(keys)  # each taken over and published
