@@ -174,6 +174,150 @@ def classify(
     return "accepted", ""
 
 
+# -- the shared store (issue 26): its trouble never fails a key, its data is never a path ------
+
+
+def _tamper(client, key: str, fn: Callable[[dict, dict], None], dest: str | None = None) -> None:
+    """Rewrite store entry ``key`` (at ``dest``) as a writer of the Redis could, hashes made valid."""
+    raw = client.hgetall(f"warmkit:entry:{key}")
+    files = {k[5:].decode(): v for k, v in raw.items() if k.startswith(b"file:")}
+    meta = json.loads(raw[b"meta"])
+    fn(files, meta)
+    meta["files"] = {
+        n: {"sha256": hashlib.sha256(d).hexdigest(), "size": len(d)} for n, d in files.items()
+    }
+    name = f"warmkit:entry:{dest or key}"
+    client.delete(name)
+    client.hset(
+        name, mapping={"meta": json.dumps(meta)} | {f"file:{n}": d for n, d in files.items()}
+    )
+
+
+def store_cases(case: Callable[..., None], tmp: Path) -> None:
+    """Configuration, poisoning and server trouble of a store, with a real redis-server."""
+    from redis_server import RedisServer
+
+    from warmkit._signing import generate_key
+
+    e = Env(tmp / "store")
+    e.root.mkdir(parents=True)
+    m = manifest(e, dtype=["float32", "float16"], n=[64, 65], block=[64, 128])  # 8 entries
+    err, acc = "error", "accept"
+    store = {"WARMKIT_STORE": str(e.root / "dir-store")}
+    (private, public) = generate_key(e.root / "fleet.pem")
+    for name, env, words in [
+        ("WARMKIT_TRUST empty", {"WARMKIT_TRUST": ""}, ["WARMKIT_TRUST"]),
+        (
+            "WARMKIT_TRUST and WARMKIT_BUNDLE_TRUST differ",
+            {"WARMKIT_TRUST": str(public), "WARMKIT_BUNDLE_TRUST": "/x.pub"},
+            ["WARMKIT_TRUST", "WARMKIT_BUNDLE_TRUST"],
+        ),
+        ("WARMKIT_TRUST unreadable", {"WARMKIT_TRUST": "/nonexistent.pub"}, ["/nonexistent.pub"]),
+        ("WARMKIT_SIGNING_KEY unreadable", {"WARMKIT_SIGNING_KEY": "/no.pem"}, ["/no.pem"]),
+        ("WARMKIT_LEASE_SECONDS=inf", {"WARMKIT_LEASE_SECONDS": "inf"}, ["WARMKIT_LEASE_SECONDS"]),
+        ("store URL with a bad port", {"WARMKIT_STORE": "redis://127.0.0.1:x/0"}, ["127.0.0.1:x"]),
+    ]:
+        case(
+            f"store: {name}",
+            lambda env=env, words=words: classify(
+                e.cli("warmup", str(m), "--target", TARGET, env=store | env),
+                expect=err,
+                words=words,
+                codes=[2],
+            ),
+        )
+    server = RedisServer().start()
+    try:
+        client = server.client()
+        sign = {"WARMKIT_STORE": server.url, "WARMKIT_SIGNING_KEY": str(private)}
+        seed = e.cli("warmup", str(m), "--target", TARGET, env=sign)
+        assert seed[0] == 0, seed[2]
+        keys = sorted(k.decode()[len("warmkit:entry:") :] for k in client.keys("warmkit:entry:*"))
+        outside = e.root / "outside"
+        outside.mkdir()
+
+        def forge(files, _meta):
+            files["add_kernel.cubin"] = files["add_kernel.cubin"][:-16] + bytes(16)
+
+        def escape(files, _meta):
+            files[f"../../../../../../../..{outside}/owned"] = b"x"
+
+        _tamper(client, keys[0], forge)
+        _tamper(client, keys[1], escape)
+        _tamper(client, keys[2], lambda _f, meta: meta.update(key=keys[3]), dest=keys[3])
+        other = {"TRITON_CACHE_DIR": str(e.root / "host-b"), "WARMKIT_TRUST": str(public)}
+
+        def refused_all(rc, out, err):
+            report = json.loads(out)
+            return (
+                sorted(report["store_refused"]) == [keys[0], keys[1], keys[3]]
+                and not list(outside.iterdir())
+                and report["totals"]["compiled"] == 3
+            )
+
+        case(
+            "store: forged, ../-named and moved entries under trust",
+            lambda: classify(
+                e.cli("warmup", str(m), "--target", TARGET, "--json", env=sign | other),
+                expect=acc,
+                check=refused_all,
+            ),
+        )
+        client.set(f"warmkit:entry:{keys[0]}", b"a plain string")
+        case(
+            "store: WRONGTYPE at an entry",
+            lambda: classify(
+                e.cli(
+                    "warmup",
+                    str(m),
+                    "--target",
+                    TARGET,
+                    "--json",
+                    env=sign | other | {"TRITON_CACHE_DIR": str(e.root / "host-c")},
+                ),
+                expect=acc,
+                check=lambda rc, out, err: list(json.loads(out)["store_refused"]) == [keys[0]],
+            ),
+        )
+        _tamper(client, keys[1], lambda _f, meta: meta.pop("signature"))
+        case(
+            "store: unsigned entry, trust and store_required",
+            lambda: classify(
+                e.cli(
+                    "warmup",
+                    str(m),
+                    "--target",
+                    TARGET,
+                    env=sign
+                    | other
+                    | {"TRITON_CACHE_DIR": str(e.root / "host-d"), "WARMKIT_STORE_REQUIRED": "1"},
+                ),
+                expect=err,
+                words=[server.url, keys[1], "unsigned"],
+                codes=[1],
+            ),
+        )
+        client.config_set("maxmemory-policy", "noeviction")
+        client.config_set("maxmemory", 1)
+        client.flushall()
+        case(
+            "store: Redis out of memory",
+            lambda: classify(
+                e.cli(
+                    "warmup",
+                    str(m),
+                    "--target",
+                    TARGET,
+                    env=sign | other | {"TRITON_CACHE_DIR": str(e.root / "host-e")},
+                ),
+                expect=acc,
+                check=lambda rc, out, err: err.count("OutOfMemoryError") == 1,
+            ),
+        )
+    finally:
+        server.close()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", help="write the cases and counts as JSON here")
@@ -905,6 +1049,9 @@ def main() -> int:
             codes=[2],
         ),
     )
+
+    if not args.only or "store" in args.only:  # it starts a redis-server and seeds it
+        store_cases(case, tmp)
 
     counts = {k: sum(1 for r in results if r["ended"] == k) for k in KINDS}
     print(json.dumps({"cases": len(results), **counts}))
