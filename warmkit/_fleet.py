@@ -198,22 +198,7 @@ class Fleet:
         return entry
 
     def _signature_problems(self, key: str, entry: StoredEntry) -> list[str]:
-        if not self.trusted:
-            return []
-        from ._signing import verify
-
-        sig = entry.meta.get(SIGNATURE)
-        try:
-            verify(
-                signed_bytes(entry.meta),
-                None if sig is None else json.dumps(sig).encode(),
-                self.trusted,
-                what=f"store entry {key}",
-                error=ValueError,
-            )
-        except ValueError as exc:
-            return [str(exc)]
-        return []
+        return _signature_problems(key, entry.meta, self.trusted)
 
     def _refuse(self, key: str, entry: StoredEntry, why: str) -> None:
         """Log, count and delete a bad entry: the next process recompiles and republishes it."""
@@ -623,37 +608,45 @@ def provenance_problems(backend: Any, entry: Path, trusted: dict[str, Any]) -> l
         return []  # compiled here, or installed from a bundle: nothing to re-check
     except (OSError, ValueError) as exc:
         return [f"unreadable store provenance {PROVENANCE} ({exc})"]
-    meta, key = doc.get("meta") or {}, doc.get("key")
-    ek = backend.entry_key_of(entry) if isinstance(backend, FleetCapable) else None
-    if ek is not None and (key != f"{backend.name}/{ek}" or meta.get("key") != key):
-        return [f"came from store entry {meta.get('key')!r}, not this entry's key"]
-    problems = []
-    if trusted:
-        from ._signing import verify
+    try:
+        meta, key = doc["meta"], doc["key"]
+        listed, rewritten = dict(meta["files"]), dict(doc.get("rewritten") or {})
+        ek = backend.entry_key_of(entry) if isinstance(backend, FleetCapable) else None
+        if ek is not None and (key != f"{backend.name}/{ek}" or meta.get("key") != key):
+            return [f"came from store entry {meta.get('key')!r}, not this entry's key"]
+        problems = _signature_problems(key, meta, trusted)
+        from ._integrity import compare, sha256_file
 
-        sig = meta.get(SIGNATURE)
-        try:
-            verify(
-                signed_bytes(meta),
-                None if sig is None else json.dumps(sig).encode(),
-                trusted,
-                what=f"store entry {key}",
-                error=ValueError,
-            )
-        except ValueError as exc:
-            problems.append(str(exc))
-    from ._integrity import compare, sha256_file
+        # each listed file by name (the integrity record leaves warmkit's own files out)
+        actual = {
+            n: {"sha256": sha256_file(p), "size": p.stat().st_size}
+            for n in listed
+            if not name_problems([n]) and (p := Path(entry) / n).is_file()
+        }
+        expected = {n: rewritten.get(n, want) for n, want in listed.items()}
+        return problems + [f"{p} (signed in store entry {key})" for p in compare(expected, actual)]
+    except (KeyError, TypeError, AttributeError) as exc:
+        return [f"malformed store provenance {PROVENANCE} ({type(exc).__name__}: {exc})"]
 
-    listed = meta.get("files") or {}
-    # each listed file by name (the integrity record leaves warmkit's own files out)
-    actual = {
-        n: {"sha256": sha256_file(p), "size": p.stat().st_size}
-        for n in listed
-        if not name_problems([n]) and (p := Path(entry) / n).is_file()
-    }
-    expected = {n: (doc.get("rewritten") or {}).get(n, want) for n, want in listed.items()}
-    problems += [f"{p} (signed in store entry {key})" for p in compare(expected, actual)]
-    return problems
+
+def _signature_problems(key: str, meta: Mapping[str, Any], trusted: dict[str, Any]) -> list[str]:
+    """Why entry ``key``'s manifest is not signed by a trusted key; [] when it is, or no trust."""
+    if not trusted:
+        return []
+    from ._signing import verify
+
+    sig = meta.get(SIGNATURE)
+    try:
+        verify(
+            signed_bytes(meta),
+            None if sig is None else json.dumps(sig).encode(),
+            trusted,
+            what=f"store entry {key}",
+            error=ValueError,
+        )
+    except ValueError as exc:
+        return [str(exc)]
+    return []
 
 
 def provenance_check(backend: Any, check: Any) -> Any:

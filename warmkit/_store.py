@@ -182,6 +182,8 @@ def verify_entry(entry: StoredEntry, allowed: Callable[[str], bool] | None = Non
     listed = meta.get("files")
     if not isinstance(listed, Mapping) or not listed:
         return [f"entry {entry.key}: manifest lists no files"]
+    if not all(_is_file_record(v) for v in listed.values()):
+        return [f"entry {entry.key}: unreadable manifest (a file without its sha256 and size)"]
     actual = {
         name: {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
         for name, data in entry.files.items()
@@ -189,6 +191,14 @@ def verify_entry(entry: StoredEntry, allowed: Callable[[str], bool] | None = Non
     problems = compare(dict(listed), actual)
     problems += [f"{name} is not in its manifest" for name in sorted(set(actual) - set(listed))]
     return [f"entry {entry.key}: {p}" for p in problems]
+
+
+def _is_file_record(value: Any) -> bool:
+    return (
+        isinstance(value, Mapping)
+        and isinstance(value.get("sha256"), str)
+        and isinstance(value.get("size"), int)
+    )
 
 
 class Lease(Protocol):

@@ -361,3 +361,27 @@ def test_a_password_is_never_shown_in_a_config_error():
     with pytest.raises(ValueError) as info:
         warmkit.WarmupConfig(store="redis://user:hunter2@127.0.0.1:bad/0")
     assert "hunter2" not in str(info.value) and "***" in str(info.value)
+
+
+@pytest.mark.parametrize("listed", [{"k.cubin": "x"}, {"k.cubin": {"sha256": "ab"}}, {"k.cubin": 3}])
+def test_a_manifest_whose_file_records_are_malformed_is_refused_not_raised(listed):
+    meta = entry_meta("triton/abc", FILES) | {"files": listed}
+    (problem,) = verify_entry(StoredEntry("triton/abc", FILES, meta))
+    assert problem == "entry triton/abc: unreadable manifest (a file without its sha256 and size)"
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("{not json", "unreadable store provenance warmkit-store.json"),
+        ('{"key": "triton/abc", "meta": 3}', "malformed store provenance warmkit-store.json"),
+        ('{"meta": {"files": {}}}', "malformed store provenance warmkit-store.json (KeyError"),
+    ],
+)
+def test_cache_verify_reports_a_damaged_provenance_record(tmp_path, text, problem):
+    from warmkit._fleet import PROVENANCE, provenance_problems
+
+    (tmp_path / PROVENANCE).write_text(text)
+    (found,) = provenance_problems(object(), tmp_path, {})
+    assert found.startswith(problem)
+    assert provenance_problems(object(), tmp_path / "elsewhere", {}) == []  # none: compiled here
