@@ -235,8 +235,9 @@ def install_bundle(
             else each backend's local device. A bundle built for another
             target is refused, naming both.
         trust: Ed25519 public keys (PEM files) one of which must have signed
-            the bundle; default ``WARMKIT_BUNDLE_TRUST``; none = signatures
-            are not required (hashes are always checked).
+            the bundle; default ``WARMKIT_TRUST`` (or its alias
+            ``WARMKIT_BUNDLE_TRUST``); none = signatures are not required
+            (hashes are always checked).
 
     Returns:
         A ``BundleInstall`` listing what was installed, already present or replaced.

@@ -109,7 +109,7 @@ def make_parser() -> argparse.ArgumentParser:
         default=[],
         metavar="PUBKEY",
         help="require a signature by this Ed25519 public key (PEM); repeatable "
-        "(default: WARMKIT_BUNDLE_TRUST)",
+        "(default: WARMKIT_TRUST, else WARMKIT_BUNDLE_TRUST)",
     )
     _cache_dir_option(b, "install a backend's entries here instead of its default cache directory")
     b.add_argument("--json", action="store_true", help=_JSON)

@@ -148,7 +148,8 @@ def trusted_keys(explicit: Sequence[str | os.PathLike[str]] | None = None) -> li
     """The public key files to trust (bundles and store entries alike).
 
     Precedence: ``explicit`` if given, else ``WARMKIT_TRUST``, else its alias
-    ``WARMKIT_BUNDLE_TRUST``. Empty means no signature is checked.
+    ``WARMKIT_BUNDLE_TRUST``. An empty list means no signature is checked (a
+    variable set but empty is an error, not this).
 
     Raises:
         ValueError: a variable is set but empty, or both are set and differ
