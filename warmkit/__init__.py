@@ -49,6 +49,7 @@ from ._exceptions import (
     WorkerDiedError,
 )
 from ._fleet import Fleet, current_fleet
+from ._identity import PinsIdentity, pinned_identity, pinning
 from ._kernel import JitKernel
 from ._prepare import prepare
 from ._record import (
@@ -97,6 +98,7 @@ __all__ = [
     "MethodHooks",
     "MonitorHooks",
     "PluginFailure",
+    "PinsIdentity",
     "PluginLoadError",
     "Prepares",
     "PreparesEntries",
@@ -134,6 +136,8 @@ __all__ = [
     "install_bundle",
     "metrics",
     "monitor",
+    "pinned_identity",
+    "pinning",
     "prepare",
     "read_recorded",
     "start_recording",

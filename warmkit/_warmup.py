@@ -173,8 +173,10 @@ def _warmup(
         loop.aborted = True
     from ._fleet import fleet_for
 
+    from ._identity import pins_scope
+
     try:
-        with fleet_for(config).active() as loop.fleet:
+        with pins_scope(registry, config.target), fleet_for(config).active() as loop.fleet:
             try:
                 for backend_name, items in groups.items():
                     loop.backend_group(backend_name, items)

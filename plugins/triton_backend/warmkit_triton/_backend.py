@@ -35,9 +35,9 @@ from typing import Any
 
 import attrs
 
-from warmkit import current_fleet
+from warmkit import current_fleet, pinning
 
-from . import _autotune, _hooks, _setup, _tuned
+from . import _autotune, _hooks, _pins, _setup, _tuned
 from . import _triton_api as api
 from ._aot import (
     AotArtifact,
@@ -229,6 +229,8 @@ class TritonBackend:
         """
         if self._redirects:
             return None
+        if target is not None and pinning():
+            return None  # a worker would compile with this host's globals, not the pinned ones
         if target is None:
             target = self.default_target()
         if target is None or target == INTERPRETER:
@@ -301,6 +303,10 @@ class TritonBackend:
     def compile(self, kernel: Any, key: Any, target: str | None) -> Any:
         """Compile ``key`` of a ``TritonKernel`` for ``target``; return its executor.
 
+        Ahead of time, a key whose manifest pins its identity (``_pins``)
+        compiles with the pinned global values, or is refused naming what
+        differs (``PinMismatchError``).
+
         Args:
             kernel: a ``TritonKernel`` instance.
             key: one of its ``CompileKey``\\ s.
@@ -319,6 +325,19 @@ class TritonBackend:
                 (the message names the parameter), or ``kernel`` is not a TritonKernel.
             RuntimeError: device mode without a GPU.
         """
+        pins = None if target in (None, INTERPRETER) else _pins.pins_for(kernel, key)
+        fn = getattr(kernel, "fn", None)
+        if pins is None or fn is None:
+            if fn is not None:
+                _pins.settle(fn)
+            return self._compile(kernel, key, target)
+        name = getattr(kernel, "name", type(kernel).__qualname__)
+        with _pins.pinned(name, fn, pins) as changed:
+            if changed:
+                logger.info("kernel %s key %r: compiled with its pinned %s", name, key, changed)
+            return self._compile(kernel, key, target)
+
+    def _compile(self, kernel: Any, key: Any, target: str | None) -> Any:
         require_triton()
         if target == INTERPRETER:
             target = None
@@ -672,6 +691,13 @@ class TritonBackend:
         return out
 
     # -- recorded kernels ---------------------------------------------------------------------------
+
+    def identity_pins(self, kernel: Any) -> dict[str, Any] | None:
+        """The pinned identity of a ``TritonKernel``'s function (``_pins.pins_of``), or None."""
+        fn = getattr(kernel, "fn", None)
+        if fn is None or not isinstance(kernel, TritonKernel):
+            return None
+        return _pins.pins_of(fn)
 
     def recorded_kernel(self, entry: Any) -> tuple[Any, Any]:
         """The kernel and key that replay a recorded raw ``@triton.jit`` entry (``docs/record.md``).
