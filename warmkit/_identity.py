@@ -61,12 +61,13 @@ def pinning() -> bool:
 
 
 @contextlib.contextmanager
-def pins_scope(registry: Any, target: str | None) -> Iterator[None]:
+def pins_scope(registry: Any, config: Any) -> Iterator[None]:
     """Make ``registry``'s pins (declared and recorded) visible to compiles in the block.
 
-    Ahead of time (``target`` set), a manifest that predates pins is built with
-    this host's values, as before, and says so once.
+    Ahead of time (``config.target`` set), a manifest that predates pins is
+    built with this host's values, as before, and says so once.
     """
+    target = config.target
     loaded = getattr(registry, "pins", None)
     declared = loaded or {}
     recorded = any("pins" in e.spec for e in registry.recorded())
@@ -101,7 +102,8 @@ def manifest_pins(registry: Any) -> dict[str, Any]:
         seen.add(cls)
         try:
             backend = get_backend(cls.backend, kernel=cls.name)
-        except Exception:  # noqa: BLE001 -- a missing backend pins nothing; the build says why
+        except Exception as exc:  # noqa: BLE001 -- a missing backend pins nothing; the build says why
+            logger.debug("kernel %s: not pinned, its backend does not load: %s", reg.kernel, exc)
             continue
         if not isinstance(backend, PinsIdentity):
             continue

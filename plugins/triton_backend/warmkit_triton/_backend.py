@@ -325,17 +325,8 @@ class TritonBackend:
                 (the message names the parameter), or ``kernel`` is not a TritonKernel.
             RuntimeError: device mode without a GPU.
         """
-        pins = None if target in (None, INTERPRETER) else _pins.pins_for(kernel, key)
-        fn = getattr(kernel, "fn", None)
-        if pins is None or fn is None:
-            if fn is not None:
-                _pins.settle(fn)
-            return self._compile(kernel, key, target)
-        name = getattr(kernel, "name", type(kernel).__qualname__)
-        with _pins.pinned(name, fn, pins) as changed:
-            if changed:
-                logger.info("kernel %s key %r: compiled with its pinned %s", name, key, changed)
-            return self._compile(kernel, key, target)
+        aot = target not in (None, INTERPRETER)
+        return _pins.compile_pinned(self._compile, kernel, key, target, aot)
 
     def _compile(self, kernel: Any, key: Any, target: str | None) -> Any:
         require_triton()
@@ -694,10 +685,7 @@ class TritonBackend:
 
     def identity_pins(self, kernel: Any) -> dict[str, Any] | None:
         """The pinned identity of a ``TritonKernel``'s function (``_pins.pins_of``), or None."""
-        fn = getattr(kernel, "fn", None)
-        if fn is None or not isinstance(kernel, TritonKernel):
-            return None
-        return _pins.pins_of(fn)
+        return _pins.pins_of(getattr(kernel, "fn", None))
 
     def recorded_kernel(self, entry: Any) -> tuple[Any, Any]:
         """The kernel and key that replay a recorded raw ``@triton.jit`` entry (``docs/record.md``).

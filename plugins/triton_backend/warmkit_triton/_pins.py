@@ -31,13 +31,21 @@ import contextlib
 import logging
 import sys
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from . import _triton_api as api
 from ._record import UnreplayableError, _unwrap, decode_value, encode_value
 
-__all__ = ["PinMismatchError", "differences", "pinned", "pins_for", "pins_of", "settle"]
+__all__ = [
+    "PinMismatchError",
+    "compile_pinned",
+    "differences",
+    "pinned",
+    "pins_for",
+    "pins_of",
+    "settle",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -239,3 +247,20 @@ def pins_for(kernel: Any, key: Any) -> Mapping[str, Any] | None:
     from warmkit import pinned_identity
 
     return pinned_identity(type(kernel).name)
+
+
+def compile_pinned(
+    compile_: Callable[[Any, Any, Any], Any], kernel: Any, key: Any, target: Any, aot: bool
+) -> Any:
+    """``compile_(kernel, key, target)``, ahead of time with the key's pinned identity if any."""
+    pins = pins_for(kernel, key) if aot else None
+    fn = getattr(kernel, "fn", None)
+    if pins is None or fn is None:
+        if fn is not None:
+            settle(fn)
+        return compile_(kernel, key, target)
+    name = getattr(kernel, "name", type(kernel).__qualname__)
+    with pinned(name, fn, pins) as changed:
+        if changed:
+            logger.info("kernel %s key %r: compiled with its pinned %s", name, key, changed)
+        return compile_(kernel, key, target)
