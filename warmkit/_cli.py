@@ -493,7 +493,8 @@ def _cmd_cache_upkeep(args: argparse.Namespace) -> int:
         if cmd == "info":
             result[name] = _cache.cache_info(backend, root)
         elif cmd == "prune":
-            result[name] = _cache.prune_cache(backend, root, **limits)
+            keep = args.keep and _cache.manifest_entries(name, backend, args.keep, args.target)
+            result[name] = _cache.prune_cache(backend, root, keep=keep or None, **limits)
         elif not isinstance(backend, FleetCapable):
             continue  # cannot address its entries in a store
         elif cmd == "push":

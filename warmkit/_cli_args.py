@@ -147,6 +147,8 @@ def make_parser() -> argparse.ArgumentParser:
     c.add_argument("--older-than", metavar="AGE", help="remove entries unused for AGE (7d, 12h)")
     c.add_argument("--stale", action="store_true", help="remove entries stale for this host")
     c.add_argument("--dry-run", action="store_true", help="say what would go; remove nothing")
+    c.add_argument("--keep", metavar="MANIFEST", help="never remove the entries MANIFEST needs")
+    c.add_argument("--target", help="the target --keep's keys are for (default: this device)")
     c.add_argument("--json", action="store_true", help=_JSON)
     for verb, what in (("push", "copy complete local entries to"), ("pull", "install entries of")):
         c = csub.add_parser(verb, help=f"{what} a store (redis://..., or a directory)")
