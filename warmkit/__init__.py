@@ -49,6 +49,7 @@ from ._exceptions import (
     WorkerDiedError,
 )
 from ._fleet import Fleet, current_fleet
+from ._explain import ExplainsMisses, Explanation, explain
 from ._identity import PinsIdentity, pinned_identity, pinning
 from ._kernel import JitKernel
 from ._prepare import prepare
@@ -88,6 +89,8 @@ __all__ = [
     "DispatchInfo",
     "EnvVar",
     "Executor",
+    "ExplainsMisses",
+    "Explanation",
     "Fleet",
     "FleetCapable",
     "FunctionKernel",
@@ -132,6 +135,7 @@ __all__ = [
     "current_fleet",
     "current_target",
     "default_registry",
+    "explain",
     "inspect_bundle",
     "install_bundle",
     "metrics",

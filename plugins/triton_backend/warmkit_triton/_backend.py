@@ -37,7 +37,7 @@ import attrs
 
 from warmkit import current_fleet, pinning
 
-from . import _autotune, _hooks, _pins, _setup, _tuned
+from . import _autotune, _explain, _hooks, _pins, _setup, _tuned
 from . import _triton_api as api
 from ._aot import (
     AotArtifact,
@@ -143,7 +143,7 @@ def _real_driver() -> Any:
     return active
 
 
-class TritonBackend:
+class TritonBackend(_explain.IdentityCapabilities):
     """The Triton backend (entry point ``triton`` in ``warmkit.backends``).
 
     Constructed with no arguments by warmkit's plugin loader. See
@@ -485,6 +485,7 @@ class TritonBackend:
             cache_dir=cache_dir(),
             cache_hit=hit is not False,
             launcher=api.launcher_recipe(compiled),
+            identity=_pins.entry_identity(fn),
         )
         fleet = current_fleet()
         if fleet is None or not fleet.read_only:  # read-only serving writes nothing
@@ -682,10 +683,6 @@ class TritonBackend:
         return out
 
     # -- recorded kernels ---------------------------------------------------------------------------
-
-    def identity_pins(self, kernel: Any) -> dict[str, Any] | None:
-        """The pinned identity of a ``TritonKernel``'s function (``_pins.pins_of``), or None."""
-        return _pins.pins_of(getattr(kernel, "fn", None))
 
     def recorded_kernel(self, entry: Any) -> tuple[Any, Any]:
         """The kernel and key that replay a recorded raw ``@triton.jit`` entry (``docs/record.md``).

@@ -41,6 +41,7 @@ __all__ = [
     "PinMismatchError",
     "compile_pinned",
     "differences",
+    "entry_identity",
     "pinned",
     "pins_for",
     "pins_of",
@@ -264,3 +265,27 @@ def compile_pinned(
         if changed:
             logger.info("kernel %s key %r: compiled with its pinned %s", name, key, changed)
         return compile_(kernel, key, target)
+
+
+_identities: dict[tuple[int, str], dict[str, Any] | None] = {}
+
+
+def entry_identity(fn: Any) -> dict[str, Any] | None:
+    """``pins_of(fn)`` as compiled now (pinned values included), memoized per function and hash.
+
+    Written into each AOT entry's record, so ``warmkit explain`` can name the
+    global or function in which a missing key's entry differs from one that exists.
+    """
+    jit = _unwrap(fn)
+    if jit is None or api.is_interpreted(jit):
+        return None
+    memo = (id(jit), api.source_identity(jit)[1])
+    found = _identities.get(memo, _MISSING)
+    if found is _MISSING:
+        try:
+            found = pins_of(jit)
+        except Exception as exc:  # noqa: BLE001 -- explain then names no global; the entry stands
+            logger.debug("no identity recorded for %s: %s", jit, exc)
+            found = None
+        _identities[memo] = found
+    return found  # type: ignore[return-value]
