@@ -48,8 +48,8 @@ from ._exceptions import (
     WarmupError,
     WorkerDiedError,
 )
-from ._fleet import Fleet, current_fleet
 from ._explain import ExplainsMisses, Explanation, explain
+from ._fleet import Fleet, current_fleet
 from ._identity import PinsIdentity, pinned_identity, pinning
 from ._kernel import JitKernel
 from ._prepare import prepare

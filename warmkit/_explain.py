@@ -243,7 +243,10 @@ def _one(
             f"backend {backend_name!r} cannot name a key's entry without compiling it; only its "
             "fingerprint was checked",
         )  # fmt: skip
-    ek = backend.entry_key(kernel, key, target)
+    try:
+        ek = backend.entry_key(kernel, key, target)
+    except Exception as exc:  # noqa: BLE001 -- e.g. a pinned identity this host cannot build
+        return Explanation(backend_name, name, text, "miss", f"{type(exc).__name__}: {exc}")
     if ek is None:
         return Explanation(
             backend_name, name, text, "unknown",
