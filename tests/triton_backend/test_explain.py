@@ -139,8 +139,10 @@ def test_explain_names_the_key_that_differs(built, tmp_path) -> None:
     assert _reasons(found) == [
         (
             "miss",
-            f"nearest entry {hit16.entry} differs in key: PinnedDot.CompileKey(block=16) there, "
-            "PinnedDot.CompileKey(block=32) here",
+            (
+                f"nearest entry {hit16.entry} differs in key: PinnedDot.CompileKey(block=16) "
+                "there, PinnedDot.CompileKey(block=32) here"
+            ),
         )
     ]
 
