@@ -35,7 +35,7 @@ import attrs
 
 from ._backend import BundleCapable, FleetCapable, _Capability, target_scope
 
-__all__ = ["ExplainsMisses", "Explanation", "explain", "nearest_difference"]
+__all__ = ["ExplainsMisses", "Explanation", "explain", "miss_reason", "nearest_difference"]
 
 logger = logging.getLogger(__name__)
 
@@ -260,19 +260,60 @@ def _one(
         return Explanation(
             backend_name, name, text, "miss", f"no entry {entry} in the {entries.label}"
         )
+    reason, near = _nearest_reason(backend, kernel, key, target, entries, factors, entry)
+    if near is None or not near[1]:
+        return Explanation(backend_name, name, text, "miss", reason, entry=near and near[0])
+    ent, factor, there_v, here_v = near
+    return Explanation(backend_name, name, text, "miss", reason, factor, there_v, here_v, ent)
+
+
+def _nearest_reason(
+    backend: Any,
+    kernel: Any,
+    key: Any,
+    target: str | None,
+    entries: _Entries,
+    factors: Mapping[str, Mapping[str, str]],
+    entry: str | None,
+) -> tuple[str, tuple[str, str, str, str] | None]:
+    """The one-line reason of a miss, and ``(entry, factor, there, here)`` when an entry was near."""
+    if target is None:  # this host's device: its target is what the entries record
+        target = backend.default_target()
     here = dict(backend.key_factors(kernel, key, target))
     fp = _fingerprint_order(list(entries.fingerprint or backend.cache_fingerprint(target)))
     near = nearest_difference(here, factors, fp)
     if near is None:
-        reason = f"the {entries.label} has no entry of kernel {name}"
-        return Explanation(backend_name, name, text, "miss", reason)
+        return f"the {entries.label} has no entry of kernel {_name(kernel)}", None
     ent, factor, there_v, here_v = near
-    there_v, here_v = _shown(there_v), _shown(here_v)
     if not factor:
-        reason = f"no entry {entry}; nearest {ent} agrees on every factor warmkit sees"
-        return Explanation(backend_name, name, text, "miss", reason, entry=ent)
-    reason = f"nearest entry {ent} differs in {factor}: {there_v} there, {here_v} here"
-    return Explanation(backend_name, name, text, "miss", reason, factor, there_v, here_v, ent)
+        return f"no entry {entry}; nearest {ent} agrees on every factor warmkit sees", near
+    near = (ent, factor, _shown(there_v), _shown(here_v))
+    return f"nearest entry {ent} differs in {factor}: {near[2]} there, {near[3]} here", near
+
+
+def miss_reason(backend: Any, kernel: Any, key: Any, target: str | None) -> str | None:
+    """One line: why ``key`` has no entry in ``backend``'s cache, or None when it cannot say.
+
+    What the monitor's warning and a read-only ``CacheMissError`` carry;
+    computed only on a miss (it reads the cache's entry records). Never raises.
+    """
+    if not (isinstance(backend, ExplainsMisses) and isinstance(backend, BundleCapable)):
+        return None
+    try:
+        entries = _cache_entries(Path(backend.cache_dir()))
+        factors = _entry_factor_map(backend, entries)
+        return _nearest_reason(backend, kernel, key, target, entries, factors, None)[0]
+    except Exception as exc:  # noqa: BLE001 -- a reason is a courtesy; the miss is reported anyway
+        logger.debug("no miss reason for %s %r: %s", _name(kernel), key, exc)
+        return None
+
+
+def _entry_factor_map(backend: Any, entries: _Entries) -> dict[str, Mapping[str, str]]:
+    factors: dict[str, Mapping[str, str]] = {}
+    for name, files in entries.files.items():
+        with contextlib.suppress(ValueError, KeyError, TypeError):
+            factors[name] = dict(backend.entry_factors(files))
+    return factors
 
 
 def explain(
@@ -368,11 +409,7 @@ def _source(
     else:
         root = (cache_dirs or {}).get(backend_name) or backend.cache_dir()
         entries = _cache_entries(Path(root))
-    factors: dict[str, Mapping[str, str]] = {}
-    if isinstance(backend, ExplainsMisses):
-        for name, files in entries.files.items():
-            with contextlib.suppress(ValueError, KeyError, TypeError):
-                factors[name] = dict(backend.entry_factors(files))
+    factors = _entry_factor_map(backend, entries) if isinstance(backend, ExplainsMisses) else {}
     return backend, entries, factors
 
 

@@ -45,6 +45,7 @@ from typing import Any
 
 from . import _envs
 from ._backend import FleetCapable, reports_cache_hit
+from ._explain import miss_reason
 from ._exceptions import (
     BundleError,
     CacheMissError,
@@ -282,6 +283,7 @@ class Fleet:
                 kernel=name,
                 key=key,
                 directory=str(backend.cache_dir()),
+                reason=miss_reason(backend, kernel, key, target),
             )
         store_key = f"{backend.name}/{ek}"
         with self._host_lock(backend, ek, name, key) as waited:
