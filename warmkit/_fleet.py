@@ -45,7 +45,6 @@ from typing import Any
 
 from . import _envs
 from ._backend import FleetCapable, reports_cache_hit
-from ._explain import miss_reason
 from ._exceptions import (
     BundleError,
     CacheMissError,
@@ -53,6 +52,7 @@ from ._exceptions import (
     StoreUnavailableError,
     WarmkitError,
 )
+from ._explain import miss_reason
 from ._store import Lease, Store, StoredEntry, entry_meta, open_store, verify_entry
 
 __all__ = ["Fleet", "current_fleet"]
