@@ -87,16 +87,20 @@ def jit_dependencies(fn: Any) -> list[Any]:
 
 
 def used_globals(fn: Any) -> list[UsedGlobal]:
-    """The globals ``fn`` and its callees read, with the values its hash was computed with.
+    """The globals ``fn`` and its callees read, with the values their hashes were computed with.
 
-    Computes ``fn.cache_key`` if needed, then reads ``JITFunction.used_global_vals``
-    (``{(name, id(globals)): (value, globals)}``). Checked: 3.6.0, 3.9.0.
+    Computes each function's ``cache_key`` if needed, then reads its
+    ``JITFunction.used_global_vals`` (``{(name, id(globals)): (value, globals)}``).
+    Each function of :func:`jit_dependencies` is read, not only ``fn``: Triton
+    3.6 merges a callee's globals into the caller's before it has computed the
+    callee's hash, so the caller's map can lack them. Checked: 3.6.0, 3.9.0.
     """
-    _ = fn.cache_key
-    return [
-        UsedGlobal(str(ns.get("__name__")), name, value, ns)
-        for (name, _), (value, ns) in fn.used_global_vals.items()
-    ]
+    found: dict[tuple[str, int], UsedGlobal] = {}
+    for f in jit_dependencies(fn):
+        _ = f.cache_key
+        for (name, _ns_id), (value, ns) in f.used_global_vals.items():
+            found.setdefault((name, id(ns)), UsedGlobal(str(ns.get("__name__")), name, value, ns))
+    return list(found.values())
 
 
 def source_sha256(fn: Any) -> str:
