@@ -70,7 +70,8 @@ def pins_scope(registry: Any, config: Any) -> Iterator[None]:
     target = config.target
     loaded = getattr(registry, "pins", None)
     declared = loaded or {}
-    recorded = any("pins" in e.spec for e in registry.recorded())
+    # The canonical spec text, not .spec (a fresh parse per entry): a recording has thousands.
+    recorded = any('"pins":' in e.spec_json for e in registry.recorded())
     if target is not None and loaded is None and getattr(registry, "loaded", False):
         logger.warning(
             "warmkit: this manifest has no pinned identity (it was saved before warmkit pinned "
