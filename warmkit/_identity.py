@@ -23,7 +23,14 @@ from typing import Any, Protocol, runtime_checkable
 
 from ._backend import _Capability
 
-__all__ = ["PinsIdentity", "manifest_pins", "pinned_identity", "pinning", "pins_scope"]
+__all__ = [
+    "PinsIdentity",
+    "kernel_pins",
+    "manifest_pins",
+    "pinned_identity",
+    "pinning",
+    "pins_scope",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -69,9 +76,15 @@ def pins_scope(registry: Any, config: Any) -> Iterator[None]:
     """
     target = config.target
     loaded = getattr(registry, "pins", None)
-    declared = loaded or {}
-    # The canonical spec text, not .spec (a fresh parse per entry): a recording has thousands.
-    recorded = any('"pins":' in e.spec_json for e in registry.recorded())
+    declared = dict(loaded or {})
+    recorded = False
+    for e in registry.recorded():
+        # The canonical spec text, not .spec (a fresh parse per entry): a recording has thousands.
+        if '"pins":' not in e.spec_json:
+            continue
+        recorded = True
+        if e.kind == "key" and e.name not in declared:  # a declared kernel's recorded key
+            declared[e.name] = {"backend": e.backend, **e.spec["pins"]}
     if target is not None and loaded is None and getattr(registry, "loaded", False):
         logger.warning(
             "warmkit: this manifest has no pinned identity (it was saved before warmkit pinned "
@@ -84,6 +97,23 @@ def pins_scope(registry: Any, config: Any) -> Iterator[None]:
         yield
     finally:
         _active.reset(token)
+
+
+def kernel_pins(cls: type) -> Mapping[str, Any] | None:
+    """The pins of kernel class ``cls`` on this host, from its backend; None when it pins nothing.
+
+    Never raises: a recording keeps the key without pins (built as before).
+    """
+    from ._plugins import get_backend
+
+    try:
+        backend = get_backend(cls.backend, kernel=cls.name)  # type: ignore[attr-defined]
+        if not isinstance(backend, PinsIdentity):
+            return None
+        return backend.identity_pins(cls())
+    except Exception as exc:  # noqa: BLE001 -- the key is recorded all the same
+        logger.debug("kernel %s: its identity cannot be pinned: %s", cls, exc)
+        return None
 
 
 def manifest_pins(registry: Any) -> dict[str, Any]:

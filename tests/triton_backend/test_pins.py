@@ -206,3 +206,29 @@ def test_recorded_kernel_built_under_the_other_value_holds_exactly_the_recorded_
         "than the one recorded: global _pinned_kernels.PREC = tl.constexpr('tf32') when pinned, "
         "tl.constexpr('ieee') here. Build it ahead of time (--target)"
     ) in proc.stdout
+
+
+RECORD_KEYS = textwrap.dedent(
+    """
+    import sys, warmkit, _pinned_kernels as K
+    from warmkit._record import key_entry
+    reg = warmkit.WarmupRegistry()
+    for block in (16, 32):  # what `warmkit record` writes for a declared kernel's runtime miss
+        reg.add_recorded(key_entry(K.PinnedDot, K.PinnedDot.CompileKey(block), "cuda:90"))
+    reg.save(sys.argv[1])
+    """
+)
+
+
+def test_recorded_keys_of_a_declared_kernel_are_pinned_too(declared, tmp_path: Path) -> None:
+    _, reference = declared
+    out = tmp_path / "keys.json"
+    proc = _run(
+        [sys.executable, "-c", RECORD_KEYS, str(out)], _env(tmp_path / "c0", **GPU_HOST), tmp_path
+    )
+    assert proc.returncode == 0, proc.stderr
+    (entry, _) = warmkit.read_recorded(out)
+    assert entry.kind == "key" and entry.spec["pins"]["globals"][0]["value"] == "tf32"
+    proc = _build(out, tmp_path / "cpu.wkb", tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert _entries(tmp_path / "cpu.wkb") == reference
