@@ -119,8 +119,9 @@ def kernel_pins(cls: type) -> Mapping[str, Any] | None:
 def manifest_pins(registry: Any) -> dict[str, Any]:
     """``{kernel name: pins}`` for the declared kernels of ``registry``, from their backends.
 
-    A kernel whose backend does not pin (or is not installed) has no entry.
-    Raises whatever the backend raises: a manifest is not saved half-pinned.
+    A kernel whose backend does not pin (or is not installed) has no entry;
+    one whose identity cannot be taken (the backend raised) neither, with a
+    warning naming it: its keys then build with the build host's values.
     """
     from ._plugins import get_backend
 
@@ -138,7 +139,17 @@ def manifest_pins(registry: Any) -> dict[str, Any]:
             continue
         if not isinstance(backend, PinsIdentity):
             continue
-        pins = backend.identity_pins(cls())
+        try:
+            pins = backend.identity_pins(cls())
+        except Exception as exc:  # noqa: BLE001 -- saved unpinned, said once
+            logger.warning(
+                "kernel %s: its identity cannot be pinned in the manifest (%s: %s); its keys "
+                "will build with the build host's global values",
+                reg.kernel,
+                type(exc).__name__,
+                exc,
+            )
+            continue
         if pins is not None:
             out[reg.kernel] = {"backend": cls.backend, **pins}
     return dict(sorted(out.items()))

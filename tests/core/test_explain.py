@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import json
+
+import warmkit
 from warmkit._explain import Explanation, miss_reason, nearest_difference
+from warmkit.testing import backend_override
+
+from ._kernels import FakeBackend, ScaleKernel
 
 HERE = {
     "target": "cuda:90",
@@ -56,3 +62,39 @@ def test_an_explanation_reads_as_one_line() -> None:
     )
     assert e.line() == "MISS k K(16): nearest entry E differs in key: a there, b here"
     assert Explanation("triton", "k", "K(16)", "hit", entry="E").line() == "HIT k K(16)"
+
+
+class _Pinning(FakeBackend):
+    """A fake backend that pins a kernel's identity, or fails to."""
+
+    fail = False
+
+    def identity_pins(self, kernel):
+        if type(self).fail:
+            raise RuntimeError("Unsupported function referenced: <lambda>")
+        return {"globals": [{"module": "m", "name": "P", "constexpr": True, "value": "tf32"}]}
+
+
+def test_save_writes_pins_and_a_failed_pin_saves_the_manifest_unpinned(tmp_path, caplog):
+    reg = warmkit.WarmupRegistry()
+    reg.add(ScaleKernel, n=64)
+    with backend_override("fake", _Pinning()):
+        data = json.loads(reg.save(tmp_path / "m.json").read_text())
+        assert data["pins"] == {
+            ScaleKernel.name: {
+                "backend": "fake",
+                "globals": [{"module": "m", "name": "P", "constexpr": True, "value": "tf32"}],
+            }
+        }
+        loaded = warmkit.WarmupRegistry.load(tmp_path / "m.json")
+        assert loaded.pins == data["pins"]
+        _Pinning.fail = True
+        try:
+            data = json.loads(reg.save(tmp_path / "n.json").read_text())
+        finally:
+            _Pinning.fail = False
+    assert "pins" not in data
+    assert (
+        f"kernel {ScaleKernel.name}: its identity cannot be pinned in the manifest "
+        "(RuntimeError: Unsupported function referenced: <lambda>)"
+    ) in caplog.text
