@@ -27,8 +27,9 @@ SCRIPTS = [
     "dsl_startup.py",
     "fleet.py",
 ]
-#: not benchmarks: shared helpers and workloads (synthetic_kernels.py has its own check below)
-HELPERS = {"_common.py", "synthetic_kernels.py", "plot_scale.py"}
+#: not benchmarks: shared helpers and workloads (synthetic_kernels.py has its own check below);
+#: identity_gpu.py is the lead's H200 proof of pinned identity (needs CUDA and fla-core)
+HELPERS = {"_common.py", "synthetic_kernels.py", "plot_scale.py", "identity_gpu.py"}
 
 
 def test_every_script_is_smoke_tested():

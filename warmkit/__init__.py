@@ -48,7 +48,9 @@ from ._exceptions import (
     WarmupError,
     WorkerDiedError,
 )
+from ._explain import ExplainsMisses, Explanation, explain
 from ._fleet import Fleet, current_fleet
+from ._identity import PinsIdentity, pinned_identity, pinning
 from ._kernel import JitKernel
 from ._prepare import prepare
 from ._record import (
@@ -87,6 +89,8 @@ __all__ = [
     "DispatchInfo",
     "EnvVar",
     "Executor",
+    "ExplainsMisses",
+    "Explanation",
     "Fleet",
     "FleetCapable",
     "FunctionKernel",
@@ -96,6 +100,7 @@ __all__ = [
     "ManifestError",
     "MethodHooks",
     "MonitorHooks",
+    "PinsIdentity",
     "PluginFailure",
     "PluginLoadError",
     "Prepares",
@@ -130,10 +135,13 @@ __all__ = [
     "current_fleet",
     "current_target",
     "default_registry",
+    "explain",
     "inspect_bundle",
     "install_bundle",
     "metrics",
     "monitor",
+    "pinned_identity",
+    "pinning",
     "prepare",
     "read_recorded",
     "start_recording",

@@ -7,7 +7,8 @@ shape and move entries between it and a shared store (``docs/fleet.md``):
   for the installed DSL (the backend says, from the entry's validity record);
 * ``prune_cache``: remove the stale, those older than an age, or the least
   recently used until the cache fits a size; each entry disappears with one
-  rename, so a reader never sees half of one;
+  rename, so a reader never sees half of one; the entries a manifest needs
+  (``manifest_entries``, ``--keep``) are never removed;
 * ``push_cache`` / ``pull_cache``: copy complete entries to / from a store,
   verified on the way in exactly as a warmup's fetch is.
 
@@ -23,6 +24,7 @@ import re
 import shutil
 import time
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +32,15 @@ from ._backend import FleetCapable
 from ._fleet import Fleet
 from ._integrity import iter_entries
 
-__all__ = ["cache_info", "parse_age", "parse_size", "prune_cache", "pull_cache", "push_cache"]
+__all__ = [
+    "cache_info",
+    "manifest_entries",
+    "parse_age",
+    "parse_size",
+    "prune_cache",
+    "pull_cache",
+    "push_cache",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -112,32 +122,49 @@ def prune_cache(
     older_than: float | None = None,
     stale: bool = False,
     dry_run: bool = False,
+    keep: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """Remove entries: the stale ones, those unused for ``older_than`` seconds, then the least
     recently used until the cache holds at most ``max_size`` bytes.
+
+    Args:
+        keep: entry directory names never to remove (``manifest_entries``), each
+            with what needs it.
 
     Returns:
         ``{"removed": {name: why}, "freed": bytes, "kept": n, "bytes": bytes left}``.
 
     Raises:
-        ValueError: no criterion given.
+        ValueError: no criterion given, or the entries to keep alone exceed ``max_size``.
     """
     if max_size is None and older_than is None and not stale:
         raise ValueError("prune needs --max-size, --older-than or --stale")
+    keep = keep or {}
     entries = sorted((_entry(backend, e) for e in iter_entries(root)), key=lambda e: e["used"])
+    kept_bytes = sum(e["bytes"] for e in entries if e["name"] in keep)
+    if max_size is not None and kept_bytes > max_size:
+        raise ValueError(
+            f"{root}: the {sum(e['name'] in keep for e in entries)} entr(ies) the --keep "
+            f"manifest needs take {kept_bytes} bytes, over --max-size {max_size} bytes; raise "
+            "--max-size or keep a smaller manifest"
+        )
     now = time.time()
     removed: dict[str, str] = {}
     for e in entries:
+        if e["name"] in keep:
+            continue
         if stale and e["stale"] is not None:
             removed[e["name"]] = f"stale: {e['stale']}"
         elif older_than is not None and now - e["used"] > older_than:
             removed[e["name"]] = f"unused for {(now - e['used']) / 86400:.1f} days"
     left = [e for e in entries if e["name"] not in removed]
     total = sum(e["bytes"] for e in left)
-    while max_size is not None and left and total > max_size:
-        e = left.pop(0)  # least recently used first
+    evictable = [e for e in left if e["name"] not in keep]  # least recently used first
+    while max_size is not None and evictable and total > max_size:
+        e = evictable.pop(0)
         removed[e["name"]] = f"over --max-size {max_size} bytes"
         total -= e["bytes"]
+    left = [e for e in left if e["name"] not in removed]
     if not dry_run:
         for name in removed:
             _remove(Path(root) / name)
@@ -150,6 +177,50 @@ def prune_cache(
         "kept": len(left),
         "bytes": total,
     }
+
+
+def manifest_entries(
+    backend_name: str, backend: Any, manifest: str | os.PathLike[str], target: str | None
+) -> dict[str, str]:
+    """The cache entries of ``backend`` that ``manifest``'s keys need: ``{entry dir name: key}``.
+
+    Each key's entry comes from ``FleetCapable.entry_key`` (no compile), with
+    the manifest's pinned identity applied as a warmup applies it.
+
+    Raises:
+        ValueError: a key of this backend whose entry cannot be known here (its
+            kernel does not import, it is autotuned ...): keeping the manifest's
+            entries could not be promised, so nothing is pruned.
+    """
+    from ._backend import target_scope
+    from ._config import WarmupConfig
+    from ._identity import pins_scope
+    from ._record import resolve_recorded
+    from ._registry import WarmupRegistry
+
+    if not isinstance(backend, FleetCapable):
+        return {}
+    registry = WarmupRegistry.load(manifest)
+    items = [(inst, k) for inst, keys in registry.resolve().values() for k in keys]
+    for item in resolve_recorded(registry.recorded()):
+        if item.entry.backend == backend_name and item.entry.replayable:
+            if item.error is not None:
+                raise ValueError(f"--keep {manifest}: recorded {item.entry.name}: {item.error}")
+            items.append((item.kernel, item.key))
+    out: dict[str, str] = {}
+    with pins_scope(registry, WarmupConfig(target=target)), target_scope(target):
+        for kernel, key in items:
+            if getattr(type(kernel), "backend", backend_name) != backend_name:
+                continue
+            ek = backend.entry_key(kernel, key, target)
+            if ek is None:
+                raise ValueError(
+                    f"--keep {manifest}: the cache entry of kernel {type(kernel).name!r} key "
+                    f"{key!r} cannot be known without compiling it (autotuned, or its function "
+                    "does not import here), so its entry cannot be kept; nothing was pruned"
+                )
+            out[Path(backend.entry_dir(ek)).name] = f"{type(kernel).name} {key!r}"
+    return out
 
 
 def push_cache(

@@ -270,6 +270,8 @@ def _cmd_bundle(args: argparse.Namespace) -> int:
             for name, what in result.prepared.items():
                 print(f"{name}: {what}")
         return EXIT_OK
+    if args.bundle_command == "check":
+        return _cmd_explain(args, bundle=args.bundle)
     if args.bundle_command == "keygen":
         from ._signing import generate_key
 
@@ -465,6 +467,24 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return _run_child(cmd, env)
 
 
+def _cmd_explain(args: argparse.Namespace, bundle: str | None = None) -> int:
+    from ._explain import explain, explanations_json
+
+    dirs = _cache_dirs(getattr(args, "cache_dir", None) or [])
+    found = explain(
+        args.manifest, bundle=bundle or getattr(args, "bundle", None), cache_dirs=dirs,
+        target=args.target, kernel=getattr(args, "kernel", None), key=getattr(args, "key", None),
+    )  # fmt: skip
+    misses = sum(e.status == "miss" for e in found)
+    if args.json:
+        print(explanations_json(found))
+    else:
+        for e in found:
+            print(e.line())
+        print(f"{len(found)} key(s): {misses} miss(es)")
+    return EXIT_FAILED if misses else EXIT_OK
+
+
 def _cmd_coverage(args: argparse.Namespace) -> int:
     from ._coverage import coverage
     from ._record import read_recorded
@@ -495,7 +515,8 @@ def _cmd_cache_upkeep(args: argparse.Namespace) -> int:
         if cmd == "info":
             result[name] = _cache.cache_info(backend, root)
         elif cmd == "prune":
-            result[name] = _cache.prune_cache(backend, root, **limits)
+            keep = args.keep and _cache.manifest_entries(name, backend, args.keep, args.target)
+            result[name] = _cache.prune_cache(backend, root, keep=keep or None, **limits)
         elif not isinstance(backend, FleetCapable):
             continue  # cannot address its entries in a store
         elif cmd == "push":
@@ -574,6 +595,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "record": _cmd_record,
         "run": _cmd_run,
         "coverage": _cmd_coverage,
+        "explain": _cmd_explain,
     }
     if args.command is None:
         parser.print_help(sys.stderr)

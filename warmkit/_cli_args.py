@@ -115,6 +115,15 @@ def make_parser() -> argparse.ArgumentParser:
     b.add_argument("--json", action="store_true", help=_JSON)
     b = bsub.add_parser("keygen", help="make an Ed25519 key pair for signing bundles")
     b.add_argument("key", help="where to write the private key; the public key goes to KEY.pub")
+    b = bsub.add_parser(
+        "check", help="say per key whether it will hit on this host (or --target), and why not"
+    )
+    b.add_argument("bundle", help=_BUNDLE)
+    b.add_argument(
+        "--manifest", help="the keys to check (default: the manifest the bundle carries)"
+    )
+    b.add_argument("--target", help="the target the keys are for (default: the bundle's)")
+    b.add_argument("--json", action="store_true", help=_JSON)
     b = bsub.add_parser("inspect", help="list a bundle's kernels, keys, target and sizes")
     b.add_argument("bundle", help=_BUNDLE)
     b.add_argument("--json", action="store_true", help=_JSON)
@@ -147,6 +156,8 @@ def make_parser() -> argparse.ArgumentParser:
     c.add_argument("--older-than", metavar="AGE", help="remove entries unused for AGE (7d, 12h)")
     c.add_argument("--stale", action="store_true", help="remove entries stale for this host")
     c.add_argument("--dry-run", action="store_true", help="say what would go; remove nothing")
+    c.add_argument("--keep", metavar="MANIFEST", help="never remove the entries MANIFEST needs")
+    c.add_argument("--target", help="the target --keep's keys are for (default: this device)")
     c.add_argument("--json", action="store_true", help=_JSON)
     for verb, what in (("push", "copy complete local entries to"), ("pull", "install entries of")):
         c = csub.add_parser(verb, help=f"{what} a store (redis://..., or a directory)")
@@ -164,6 +175,15 @@ def make_parser() -> argparse.ArgumentParser:
     s.add_argument("--monitor", choices=MONITOR_MODES, help="monitor mode afterwards")
     s.add_argument("--record", help="also record runtime compiles into this manifest")
     s.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
+
+    s = sub.add_parser("explain", help="say why a manifest's keys miss a bundle or a cache")
+    s.add_argument("manifest", help="a manifest (declared or recorded keys)")
+    s.add_argument("--bundle", help="check against this bundle (default: the backends' caches)")
+    _cache_dir_option(s, "check this directory for BACKEND instead of its default cache directory")
+    s.add_argument("--target", help="the target the keys are for (default: this host's device)")
+    s.add_argument("--kernel", help="only this kernel's keys")
+    s.add_argument("--key", help="only keys whose text contains KEY")
+    s.add_argument("--json", action="store_true", help=_JSON)
 
     s = sub.add_parser("coverage", help="check that a manifest covers what a run compiled")
     s.add_argument("manifest", help="the deployment's manifest (declared and recorded)")

@@ -232,11 +232,15 @@ class CacheMissError(WarmupError):
         kernel: the kernel's name.
         key: the key that is missing.
         directory: the read-only cache directory it was looked up in.
+        reason: why it is missing, in one line (``warmkit explain``'s), if known.
     """
 
-    def __init__(self, message: str, *, kernel: str, key: Any, directory: Any = None) -> None:
+    def __init__(
+        self, message: str, *, kernel: str, key: Any, directory: Any = None, reason: Any = None
+    ) -> None:
         self.directory = directory
-        super().__init__(message, kernel=kernel, key=key)
+        self.reason = reason
+        super().__init__(message + (f"; why: {reason}" if reason else ""), kernel=kernel, key=key)
 
 
 class StoreError(WarmkitError, RuntimeError):

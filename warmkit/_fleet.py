@@ -58,6 +58,7 @@ from ._exceptions import (
     StoreUnavailableError,
     WarmkitError,
 )
+from ._explain import miss_reason
 from ._store import (
     SIGNATURE,
     Lease,
@@ -336,6 +337,7 @@ class Fleet:
                 kernel=name,
                 key=key,
                 directory=str(backend.cache_dir()),
+                reason=miss_reason(backend, kernel, key, target),
             )
         store_key = f"{backend.name}/{ek}"
         with self._host_lock(backend, ek, name, key) as waited:

@@ -197,7 +197,13 @@ class JitKernel(Generic[K]):
         recorder = active_recorder()
         if recorder is not None and monitor.mode() != "off":
             recorder.add_safely(lambda: key_entry(cls, key, current_target()))
-        monitor.on_miss(kernel=cls.name, key=key, backend=cls.backend, context=runtime_context)
+        monitor.on_miss(
+            kernel=cls.name,
+            key=key,
+            backend=cls.backend,
+            context=runtime_context,
+            why=lambda: _miss_reason(self, key),
+        )
         t0 = time.perf_counter()
         executor, cached = self._warmkit_compile(key, None, runtime_context)
         if not cached:
@@ -489,3 +495,18 @@ def _analyse_dispatch(cls: type) -> DispatchInfo:
             f"dropped. Forward them, e.g. return self.CompileKey(**{var_kw}, ...)",
         )
     return DispatchInfo(params, var_kw, frozenset(used), cls.CompileKey)  # type: ignore[attr-defined]
+
+
+def _miss_reason(kernel: JitKernel[Any], key: Any) -> str | None:
+    """The monitor's one-line reason for a runtime miss (``_explain.miss_reason``), or None."""
+    from ._explain import miss_reason
+    from ._plugins import get_backend
+
+    backend_name = type(kernel).backend
+    if backend_name is None:
+        return None
+    try:
+        backend = get_backend(backend_name)
+    except Exception:  # noqa: BLE001 -- the compile that follows reports it
+        return None
+    return miss_reason(backend, kernel, key, None)

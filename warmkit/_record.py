@@ -658,12 +658,19 @@ def key_entry(cls: type, key: Any, target: str | None = None) -> RecordedEntry:
             + (" inside a function" if "<locals>" in cls.__qualname__ else "")
             + ": another process cannot import it; move it into a module"
         )
+    spec: dict[str, Any] = {"key": fields}
+    if reason is None:
+        from ._identity import kernel_pins
+
+        pins = kernel_pins(cls)
+        if pins is not None:  # the recording host's globals: an AOT build reproduces them
+            spec["pins"] = pins
     return RecordedEntry.make(
         backend=cls.backend,
         kind="key",
         kernel=ref,
         name=cls.name,
-        spec={"key": fields},
+        spec=spec,
         target=target,
         reason=reason,
     )

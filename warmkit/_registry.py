@@ -28,6 +28,7 @@ import attrs
 from ._codec import _AS_IS, decode_value, encode_value
 from ._compat import process_froze_objects
 from ._exceptions import ManifestError, PluginLoadError
+from ._identity import manifest_pins
 from ._manifest import manifest_text, recorded_groups, write_atomic
 from ._record import (
     MANIFEST_FORMAT,
@@ -104,6 +105,10 @@ class WarmupRegistry:
         self._regs: dict[tuple[Any, ...], Registration] = {}
         self._classes: dict[str, type] = {}
         self._recorded: dict[str, RecordedEntry] = {}
+        #: A loaded manifest's pinned identities by kernel name (``_identity``); None: the
+        #: registry was not loaded from a manifest, or its manifest predates pins.
+        self.pins: dict[str, Any] | None = None
+        self.loaded = False
 
     # -- scope -------------------------------------------------------------------
 
@@ -247,6 +252,8 @@ class WarmupRegistry:
     def to_dict(self) -> dict[str, Any]:
         """The manifest as JSON-ready data (``recorded`` grouped, as version 2 writes it)."""
         out = self._declared_dict()
+        if self.pins:
+            out["pins"] = self.pins
         recorded = self.recorded()
         if recorded:
             out["recorded"] = recorded_groups(recorded)
@@ -316,7 +323,13 @@ class WarmupRegistry:
         path = Path(path)
         with one_scan():  # each kernel's ref is found and imported back: one scan for them all
             self._check_replayable(path)
-            text = manifest_text(self._declared_dict(), self.recorded())
+            data = self._declared_dict()
+            # This host's identity of each kernel, except what a loaded manifest pinned (the
+            # host it was saved on): re-saving elsewhere must not re-pin another host's values.
+            pins = {**manifest_pins(self), **(self.pins or {})}
+            if pins:
+                data["pins"] = dict(sorted(pins.items()))
+            text = manifest_text(data, self.recorded())
         path.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(path, text)
         return path
@@ -382,6 +395,9 @@ class WarmupRegistry:
 
         validate_manifest(data, path=path)
         registry = cls()
+        registry.loaded = bool(data["registrations"])  # declared kernels from a manifest
+        if "pins" in data:
+            registry.pins = dict(data["pins"])
         recorded = registry._recorded
         if entries is None:
             entries = parse_recorded(data, path=path, keep=keep)

@@ -213,6 +213,16 @@ MANIFEST_SCHEMA: dict[str, Any] = {
                 "else": {"$ref": "#/$defs/registration"},
             },
         },
+        "pins": {
+            "description": "each kernel's pinned identity: {kernel name: {backend, ...}} "
+            "(warmkit._identity)",
+            "type": "object",
+            "additionalProperties": {
+                "type": "object",
+                "properties": {"backend": {"type": "string"}},
+                "required": ["backend"],
+            },
+        },
         "recorded": {
             "description": "runtime JIT events recorded by warmkit record, grouped (each "
             "entry's id is checked by warmkit._record.parse_recorded)",

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import nullcontext
 from typing import Any
 
-from . import _envs, _memo, metrics, monitor
+from . import _envs, _identity, _memo, metrics, monitor
 from ._backend import CanonicalTargets, reported_tuning
 from ._compat import ast_parse_serialized, known_frozen, process_froze_objects
 from ._config import WarmupConfig
@@ -174,7 +174,7 @@ def _warmup(
     from ._fleet import fleet_for
 
     try:
-        with fleet_for(config).active() as loop.fleet:
+        with _identity.pins_scope(registry, config), fleet_for(config).active() as loop.fleet:
             try:
                 for backend_name, items in groups.items():
                     loop.backend_group(backend_name, items)

@@ -219,7 +219,13 @@ def in_managed_compile() -> bool:
 
 
 def on_miss(
-    *, kernel: str, key: Any, backend: str | None, context: Any = None, kind: str = "compile"
+    *,
+    kernel: str,
+    key: Any,
+    backend: str | None,
+    context: Any = None,
+    kind: str = "compile",
+    why: Callable[[], str | None] | None = None,
 ) -> None:
     """Report a compile (or autotune benchmark) about to happen at runtime; call it *before* the work.
 
@@ -232,6 +238,7 @@ def on_miss(
         backend: the backend's name.
         context: the caller's runtime context, if any.
         kind: ``"compile"``, or ``"autotune"`` for a runtime autotune benchmark.
+        why: called once, for the warning only: why the key's entry is missing, in one line.
 
     Raises:
         RuntimeCompileError: in ``"error"`` mode outside ``allow()``.
@@ -259,14 +266,16 @@ def on_miss(
         _warned.add(ident)
     if first:
         ctx = f" (context: {context})" if context is not None else ""
+        reason = why() if why is not None else None
         logger.warning(
             "runtime %s after warmup: kernel %s key %r on backend %s%s; add it to the "
-            "warmup registrations to avoid this stall",
+            "warmup registrations to avoid this stall%s",
             "autotune benchmark" if kind == "autotune" else "compile",
             kernel,
             key,
             backend,
             ctx,
+            f" (why: {reason})" if reason else "",
         )
 
 

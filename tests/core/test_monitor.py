@@ -86,6 +86,26 @@ def test_warn_logs_once_per_kernel_and_key_not_once_per_kernel(caplog):
     assert "ctx-7" in got[2]
 
 
+def test_warn_carries_the_miss_reason_computed_once_and_only_for_the_warning(caplog):
+    calls = []
+
+    def why():
+        calls.append(1)
+        return "nearest entry E differs in key: K(1) there, K(2) here"
+
+    monitor.arm("warn")
+    monitor.on_miss(kernel="k", key=("a", 1), backend="fake", why=why)
+    monitor.on_miss(kernel="k", key=("a", 1), backend="fake", why=why)  # already warned
+    (got,) = warnings_in(caplog)
+    assert got.endswith(
+        "to avoid this stall (why: nearest entry E differs in key: K(1) there, K(2) here)"
+    )
+    assert calls == [1]
+    monitor.disarm()
+    monitor.on_miss(kernel="k", key=("b", 1), backend="fake", why=why)
+    assert calls == [1]
+
+
 def test_warn_mode_handles_unhashable_backend_keys(caplog):
     monitor.arm("warn")
     monitor.on_miss(kernel="raw_fn", key=[1, {"a": 2}], backend="triton")

@@ -138,3 +138,32 @@ def test_push_to_an_unreachable_store_fails_naming_it(cache, capsys, redis_serve
     assert _cli.main(["cache", "push", url]) == 1
     err = capsys.readouterr().err
     assert "StoreUnavailableError" in err and url in err
+
+
+def test_prune_keep_never_evicts_what_the_manifest_needs(cache, capsys, tmp_path):
+    # The manifest needs the float16 keys (4 of 8 entries); all entries are equally old, and
+    # the least recently used would go first: make the needed ones the oldest.
+    reg = warmkit.WarmupRegistry()
+    with reg.activate():
+        Add().register_warmup(**{**SPACE, "dtype": ["float16"]})
+    manifest = reg.save(tmp_path / "serving.json")
+    backend = TritonBackend()
+    needed = _cache.manifest_entries("triton", backend, manifest, AOT_TARGET)
+    assert len(needed) == 4 and all(v.startswith(Add.name) for v in needed.values())
+    for name in needed:
+        for p in (cache / name).rglob("*"):
+            os.utime(p, (time.time() - 30 * 86400,) * 2)
+    argv = ["cache", "prune", "--older-than", "7d", "--keep", str(manifest), "--target",
+            AOT_TARGET, "--json", "--cache-dir", f"triton={cache}"]  # fmt: skip
+    # the needed alone exceed a 1-byte cap: an error, nothing removed
+    assert _cli.main([*argv, "--max-size", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "the 4 entr(ies) the --keep manifest needs take" in err and "over --max-size 1" in err
+    assert len(list(iter_entries(cache))) == K
+    total = sum(p.stat().st_size for n in needed for p in (cache / n).rglob("*") if p.is_file())
+    code, out = cli(capsys, *argv, "--max-size", str(total))
+    assert code == 0, out
+    r = json.loads(out)["triton"]
+    assert {e.name for e in iter_entries(cache)} == set(needed)
+    assert set(r["removed"]).isdisjoint(needed) and len(r["removed"]) == K - 4
+    # without --keep, the same prune would remove the needed (oldest) entries first

@@ -273,5 +273,11 @@ def test_read_only_serving_writes_nothing_and_a_miss_is_an_error(tmp_path, monke
         miss = info.value.__cause__
         assert isinstance(miss, warmkit.CacheMissError) and miss.directory == str(baked)
         assert "read_only" in str(miss) and _snapshot(baked) == before
+        # the same one-line reason `warmkit explain` gives: the nearest entry's differing factor
+        assert miss.reason.startswith("nearest entry ") and miss.reason.endswith(
+            " there, Add.CompileKey(dtype='float32', n=16, block=256) here"
+        )
+        assert " differs in key: Add.CompileKey(" in miss.reason
+        assert str(miss).endswith(f"; why: {miss.reason}")
     finally:
         subprocess.run(["chmod", "-R", "u+w", str(baked)], check=True)

@@ -675,6 +675,42 @@ def check_autotuner_run_wrapping() -> None:
     assert Autotuner.run is original and not api.restore_autotuner_run(wrapper, original)
 
 
+# -- pinned identity ---------------------------------------------------------------------------------
+
+
+@canary(
+    "jit_dependencies",
+    "used_globals",
+    "source_sha256",
+    "is_constexpr",
+    "make_constexpr",
+    "save_identity",
+    "forget_identity",
+    "restore_identity",
+)
+def check_identity_accessors() -> None:
+    from . import _pinned_kernels as K
+
+    deps = api.jit_dependencies(K.dot_kernel)
+    assert [f.fn.__name__ for f in deps] == ["dot_kernel", "_scaled"]
+    used = {(g.module, g.name): g.value for g in api.used_globals(K.dot_kernel)}
+    assert set(used) == {(K.__name__, "PREC"), (K.__name__, "SCALE")}
+    assert api.is_constexpr(used[(K.__name__, "SCALE")]) and not api.is_constexpr(2.0)
+    assert api.make_constexpr(2.0).value == 2.0
+    assert re.fullmatch(r"[0-9a-f]{64}", api.source_sha256(K.dot_kernel))
+    before = K.dot_kernel.cache_key
+    saved = api.save_identity(deps)
+    K.SCALE, scale = api.make_constexpr(3.0), K.SCALE
+    try:
+        api.forget_identity(deps)
+        assert K.dot_kernel.cache_key != before  # the hash folds the global's value in
+        assert {g.name: g.value.value for g in api.used_globals(K.dot_kernel)}["SCALE"] == 3.0
+    finally:
+        K.SCALE = scale
+        api.restore_identity(saved)
+    assert K.dot_kernel.cache_key == before
+
+
 # -- the tests -------------------------------------------------------------------------------------
 
 

@@ -357,6 +357,8 @@ class AotArtifact:
     cache_dir: str
     cache_hit: bool = False
     launcher: dict[str, Any] | None = attrs.field(default=None, eq=False, repr=False)
+    #: the function's identity it was compiled with (``_pins.pins_of``), for ``warmkit explain``
+    identity: dict[str, Any] | None = attrs.field(default=None, eq=False, repr=False)
 
     @property
     def entry_dir(self) -> str:
@@ -418,6 +420,8 @@ def write_entry_record(artifact: AotArtifact, target: Target) -> Path | None:
     }
     if artifact.launcher is not None:
         data["launcher"] = artifact.launcher
+    if artifact.identity is not None:
+        data["identity"] = artifact.identity
     path = entry / AOT_RECORD
     text = json.dumps(data, indent=1, sort_keys=True, default=str)
     try:

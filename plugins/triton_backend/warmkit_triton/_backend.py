@@ -35,9 +35,9 @@ from typing import Any
 
 import attrs
 
-from warmkit import current_fleet
+from warmkit import current_fleet, pinning
 
-from . import _autotune, _hooks, _setup, _tuned
+from . import _autotune, _explain, _hooks, _pins, _setup, _tuned
 from . import _triton_api as api
 from ._aot import (
     AotArtifact,
@@ -144,7 +144,7 @@ def _real_driver() -> Any:
     return active
 
 
-class TritonBackend:
+class TritonBackend(_explain.IdentityCapabilities):
     """The Triton backend (entry point ``triton`` in ``warmkit.backends``).
 
     Constructed with no arguments by warmkit's plugin loader. See
@@ -230,6 +230,8 @@ class TritonBackend:
         """
         if self._redirects:
             return None
+        if target is not None and pinning():
+            return None  # a worker would compile with this host's globals, not the pinned ones
         if target is None:
             target = self.default_target()
         if target is None or target == INTERPRETER:
@@ -302,6 +304,10 @@ class TritonBackend:
     def compile(self, kernel: Any, key: Any, target: str | None) -> Any:
         """Compile ``key`` of a ``TritonKernel`` for ``target``; return its executor.
 
+        Ahead of time, a key whose manifest pins its identity (``_pins``)
+        compiles with the pinned global values, or is refused naming what
+        differs (``PinMismatchError``).
+
         Args:
             kernel: a ``TritonKernel`` instance.
             key: one of its ``CompileKey``\\ s.
@@ -320,6 +326,10 @@ class TritonBackend:
                 (the message names the parameter), or ``kernel`` is not a TritonKernel.
             RuntimeError: device mode without a GPU.
         """
+        aot = target not in (None, INTERPRETER)
+        return _pins.compile_pinned(self._compile, kernel, key, target, aot)
+
+    def _compile(self, kernel: Any, key: Any, target: str | None) -> Any:
         require_triton()
         if target == INTERPRETER:
             target = None
@@ -476,6 +486,7 @@ class TritonBackend:
             cache_dir=cache_dir(),
             cache_hit=hit is not False,
             launcher=api.launcher_recipe(compiled),
+            identity=_pins.entry_identity(fn),
         )
         fleet = current_fleet()
         if fleet is None or not fleet.read_only:  # read-only serving writes nothing

@@ -306,6 +306,9 @@ def _raw_entry(jit_fn: Any, spec: dict[str, Any], reason: str | None) -> Any:
     spec["src_sha256"] = src_sha256
     if reason is None:
         spec["source_hash"] = source_hash
+        pins = _pins_of(jit_fn)
+        if pins is not None:
+            spec["pins"] = pins
     return RecordedEntry.make(
         backend=BACKEND,
         kind="raw",
@@ -315,6 +318,17 @@ def _raw_entry(jit_fn: Any, spec: dict[str, Any], reason: str | None) -> Any:
         target=_current_target(),
         reason=reason,
     )
+
+
+def _pins_of(jit_fn: Any) -> dict[str, Any] | None:
+    """The function's pinned identity (``_pins``), or None when it cannot be taken."""
+    from ._pins import pins_of
+
+    try:
+        return pins_of(jit_fn)
+    except Exception as exc:  # noqa: BLE001 -- the entry stays, checked by source hash as before
+        logger.warning("recorded kernel %s: its identity cannot be pinned: %s", jit_fn, exc)
+        return None
 
 
 def spec_from_call(
@@ -412,17 +426,49 @@ class RecordedTritonKernel(TritonKernel):
             raise LookupError(
                 f"recorded kernel {self.path} no longer resolves to a @triton.jit function; re-record"
             )
+        pins = spec.get("pins")
+        if isinstance(pins, dict) and "autotune" not in spec:
+            self._check_pins(jit, pins)
+            return jit
         src_sha256, source_hash = api.source_identity(jit)
-        if spec.get("triton") == api.triton_version():
-            changed = spec.get("source_hash") not in (None, source_hash)
-        else:  # Triton's hash may differ across versions: compare the text alone
-            changed = spec.get("src_sha256") != src_sha256
-        if changed:
+        if spec.get("src_sha256") != src_sha256:
             raise RuntimeError(
-                f"recorded kernel {self.path}: its source (or a function or global it uses, or its "
-                "line number) changed since it was recorded; re-record to warm the new version"
+                f"recorded kernel {self.path}: its source text changed since it was recorded "
+                f"(sha256 {str(spec.get('src_sha256'))[:12]} then, {src_sha256[:12]} now); "
+                "re-record to warm the new version"
+            )
+        if spec.get("triton") == api.triton_version() and spec.get("source_hash") not in (
+            None,
+            source_hash,
+        ):
+            raise RuntimeError(
+                f"recorded kernel {self.path}: its text is unchanged but Triton's hash of it "
+                f"differs ({str(spec.get('source_hash'))[:12]} then, {source_hash[:12]} here): a "
+                "function it calls, the value of a global it reads, or its line number differs. "
+                "This recording predates pinned identity, so warmkit cannot tell which; re-record "
+                "with this warmkit to have each global and function named"
             )
         return jit
+
+    def _check_pins(self, jit: Any, pins: Mapping[str, Any]) -> None:
+        """A device compile builds this host's variant: refuse one that is not the recorded one.
+
+        Ahead of time the backend compiles with the pinned values instead (``_pins.pinned``).
+        """
+        from warmkit import current_target
+
+        from ._pins import differences
+
+        if current_target() is not None:
+            return
+        problems, changes = differences(jit, pins)
+        problems += [c[4] for c in changes]
+        if problems:
+            raise RuntimeError(
+                f"recorded kernel {self.path}: this host would compile another variant than the "
+                f"one recorded: {'; '.join(problems)}. Build it ahead of time (--target) to "
+                "compile the recorded values, or re-record on this host"
+            )
 
     def function_for(self, key: Any) -> Any:
         """Import the recorded function and check its source; it becomes ``fn``.
@@ -515,7 +561,7 @@ def recorded_kernel(entry: Any) -> tuple[Any, Any]:
         if tuned
         else {"args": spec["args"], "options": spec["options"]}
     )
-    for field in ("triton", "triton_key", "source_hash", "src_sha256"):
+    for field in ("triton", "triton_key", "source_hash", "src_sha256", "pins"):
         if field in spec:
             core[field] = spec[field]
     return cls(), cls.CompileKey(json.dumps(core, sort_keys=True))

@@ -1,0 +1,234 @@
+"""Pinned identity: a CPU build host builds exactly the entries the GPU host's values give.
+
+``_pinned_kernels`` picks ``PREC`` from ``PINNED_TEST_TF32`` at import, as
+flash-linear-attention picks its dot precision from the visible GPU:
+``PINNED_TEST_TF32=1`` plays the GPU host (where the manifest is saved or
+recorded), unset the CPU build host. Each build is a fresh process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import warmkit
+
+HERE = Path(__file__).parent
+TARGET = "cuda:90"
+GPU_HOST = {"PINNED_TEST_TF32": "1"}
+
+
+def _env(cache: Path, **extra: str) -> dict[str, str]:
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("WARMKIT_") and k != "PINNED_TEST_TF32"
+    }
+    env["TRITON_CACHE_DIR"] = str(cache)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), env.get("PYTHONPATH")]))
+    env.update(extra)
+    return env
+
+
+def _run(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        args, env=env, check=False, cwd=cwd, capture_output=True, text=True, timeout=600
+    )
+
+
+def _entries(bundle: Path) -> set[str]:
+    info = warmkit.inspect_bundle(bundle)
+    return {e["path"].split("/")[0] for e in info["backends"]["triton"]["entries"]}
+
+
+def _build(manifest: Path, out: Path, tmp: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "warmkit", "bundle", "build", str(manifest)]
+    return _run(
+        cmd + ["--target", TARGET, "-o", str(out), "--json"], _env(tmp / out.stem, **env), tmp
+    )
+
+
+SAVE = textwrap.dedent(
+    """
+    import sys, warmkit, _pinned_kernels as K
+    reg = warmkit.WarmupRegistry()
+    reg.add(K.PinnedDot, block=16)
+    reg.add(K.PinnedDot, block=32)
+    reg.save(sys.argv[1])
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def declared(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, set[str]]:
+    """A manifest saved on the "GPU host", and the entries a build there holds."""
+    tmp = tmp_path_factory.mktemp("pins")
+    manifest = tmp / "m.json"
+    proc = _run([sys.executable, "-c", SAVE, str(manifest)], _env(tmp / "c0", **GPU_HOST), tmp)
+    assert proc.returncode == 0, proc.stderr
+    proc = _build(manifest, tmp / "reference.wkb", tmp, **GPU_HOST)
+    assert proc.returncode == 0, proc.stderr
+    return manifest, _entries(tmp / "reference.wkb")
+
+
+def test_a_saved_manifest_pins_globals_and_sources(declared) -> None:
+    manifest, _ = declared
+    pins = json.loads(manifest.read_text())["pins"]["_pinned_kernels.PinnedDot"]
+    assert pins["backend"] == "triton"
+    assert pins["globals"] == [
+        {"module": "_pinned_kernels", "name": "PREC", "constexpr": True, "value": "tf32"},
+        {"module": "_pinned_kernels", "name": "SCALE", "constexpr": True, "value": 2.0},
+    ]
+    assert set(pins["sources"]) == {"_pinned_kernels:dot_kernel", "_pinned_kernels:_scaled"}
+
+
+def test_declared_kernel_built_under_the_other_value_holds_exactly_the_pinned_entries(
+    declared, tmp_path: Path
+) -> None:
+    manifest, reference = declared
+    assert len(reference) == 2
+    proc = _build(manifest, tmp_path / "cpu.wkb", tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert _entries(tmp_path / "cpu.wkb") == reference
+    # Without the pins (a manifest of an older warmkit) the CPU host builds its own variant,
+    # and says so: what this test proves is the pins' doing.
+    data = json.loads(manifest.read_text())
+    del data["pins"]
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps(data))
+    proc = _build(old, tmp_path / "unpinned.wkb", tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "this manifest has no pinned identity" in proc.stderr
+    assert not _entries(tmp_path / "unpinned.wkb") & reference
+
+
+def _edited_pins(manifest: Path, tmp: Path, edit) -> Path:
+    data = json.loads(manifest.read_text())
+    edit(data["pins"]["_pinned_kernels.PinnedDot"])
+    out = tmp / "edited.json"
+    out.write_text(json.dumps(data))
+    return out
+
+
+def test_a_value_that_cannot_be_reproduced_refuses_the_key_naming_it(
+    declared, tmp_path: Path
+) -> None:
+    manifest, _ = declared
+
+    def unencodable(pins):  # a global recorded as an object with no lossless encoding
+        rec = pins["globals"][0]
+        del rec["value"]
+        rec["repr"] = "<Precision object at 0x7f>"
+
+    edited = _edited_pins(manifest, tmp_path, unencodable)
+    proc = _build(edited, tmp_path / "x.wkb", tmp_path)
+    assert proc.returncode != 0
+    assert not (tmp_path / "x.wkb").exists()
+    assert (
+        "kernel '_pinned_kernels.PinnedDot': the pinned identity cannot be reproduced on this "
+        "host: global _pinned_kernels.PREC = tl.constexpr(<Precision object at 0x7f>) when "
+        "pinned, tl.constexpr('ieee') here (no lossless encoding: it cannot be reproduced)"
+    ) in proc.stderr
+
+
+def test_a_source_that_differs_refuses_the_key_naming_the_function(
+    declared, tmp_path: Path
+) -> None:
+    manifest, _ = declared
+
+    def other_source(pins):
+        pins["sources"]["_pinned_kernels:_scaled"] = "ab" * 32
+
+    edited = _edited_pins(manifest, tmp_path, other_source)
+    proc = _build(edited, tmp_path / "x.wkb", tmp_path)
+    assert proc.returncode != 0
+    assert "function _pinned_kernels:_scaled: source sha256 abababababab when pinned" in proc.stderr
+    assert "Refusing to build another variant than the one pinned" in proc.stderr
+
+
+RECORD_CHILD = textwrap.dedent(
+    """
+    import sys
+    from triton.runtime.driver import driver
+    import _record_child, _pinned_kernels as K
+    driver.set_active(_record_child._Driver())
+    t = _record_child._Tensor("float32")
+    for block in (16, 32):
+        K.dot_kernel.warmup(t, t, t, BLOCK=block, grid=(1,))
+    """
+)
+
+
+def test_recorded_kernel_built_under_the_other_value_holds_exactly_the_recorded_entries(
+    tmp_path: Path,
+) -> None:
+    # A real `warmkit record` (Triton's jit_cache_hook, fired by fn.warmup with an sm_90
+    # driver that needs no GPU; the interpreter records nothing), on the "GPU host".
+    script = tmp_path / "work.py"
+    script.write_text(RECORD_CHILD)
+    out = tmp_path / "rec.json"
+    cmd = [sys.executable, "-m", "warmkit", "record", "-o", str(out), "--"]
+    proc = _run(cmd + [sys.executable, str(script)], _env(tmp_path / "c0", **GPU_HOST), tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    (spec,) = {json.dumps(e.spec["pins"], sort_keys=True) for e in warmkit.read_recorded(out)}
+    assert '"name": "PREC"' in spec and '"value": "tf32"' in spec
+    proc = _build(out, tmp_path / "reference.wkb", tmp_path, **GPU_HOST)
+    assert proc.returncode == 0, proc.stderr
+    reference = _entries(tmp_path / "reference.wkb")
+    assert len(reference) == 2
+    proc = _build(out, tmp_path / "cpu.wkb", tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert _entries(tmp_path / "cpu.wkb") == reference
+    # A device warmup here would build this host's variant: refused, naming the global.
+    env = _env(tmp_path / "c1")
+    check = textwrap.dedent(
+        f"""
+        import warmkit, json
+        from warmkit_triton._record import recorded_kernel
+        (entry, *_) = warmkit.read_recorded({str(out)!r})
+        kernel, key = recorded_kernel(entry)
+        try:
+            kernel.function_for(key)
+        except RuntimeError as exc:
+            print(exc)
+        """
+    )
+    proc = _run([sys.executable, "-c", check], env, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert (
+        "recorded kernel _pinned_kernels:dot_kernel: this host would compile another variant "
+        "than the one recorded: global _pinned_kernels.PREC = tl.constexpr('tf32') when pinned, "
+        "tl.constexpr('ieee') here. Build it ahead of time (--target)"
+    ) in proc.stdout
+
+
+RECORD_KEYS = textwrap.dedent(
+    """
+    import sys, warmkit, _pinned_kernels as K
+    from warmkit._record import key_entry
+    reg = warmkit.WarmupRegistry()
+    for block in (16, 32):  # what `warmkit record` writes for a declared kernel's runtime miss
+        reg.add_recorded(key_entry(K.PinnedDot, K.PinnedDot.CompileKey(block), "cuda:90"))
+    reg.save(sys.argv[1])
+    """
+)
+
+
+def test_recorded_keys_of_a_declared_kernel_are_pinned_too(declared, tmp_path: Path) -> None:
+    _, reference = declared
+    out = tmp_path / "keys.json"
+    proc = _run(
+        [sys.executable, "-c", RECORD_KEYS, str(out)], _env(tmp_path / "c0", **GPU_HOST), tmp_path
+    )
+    assert proc.returncode == 0, proc.stderr
+    (entry, _) = warmkit.read_recorded(out)
+    assert entry.kind == "key" and entry.spec["pins"]["globals"][0]["value"] == "tf32"
+    proc = _build(out, tmp_path / "cpu.wkb", tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert _entries(tmp_path / "cpu.wkb") == reference
