@@ -554,11 +554,7 @@ class TritonBackend(_explain.IdentityCapabilities):
         return entry_hash(directory)
 
     def entry_file_allowed(self, name: str) -> bool:
-        """Whether a Triton cache entry holds files named ``name`` (``_cache.ENTRY_FILE``).
-
-        ``__grp__<kernel>.json``, ``<kernel>.<stage>`` (json, ttir, ttgir, llir,
-        ptx, cubin, source, amdgcn, hsaco ...) and warmkit's ``warmkit-aot.json``.
-        """
+        """Whether a Triton cache entry holds files named ``name`` (``_cache.entry_file_allowed``)."""
         return entry_file_allowed(name)
 
     def entry_info(self, directory: str | os.PathLike[str]) -> dict[str, Any]:
