@@ -96,3 +96,26 @@ def test_bundle_check_passes_for_the_committed_recording(built) -> None:
         tmp,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_gen_refuses_a_host_without_cuda_and_says_where_to_run_it(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA GPU is visible: gen.py runs the model instead")
+    proc = subprocess.run(
+        [sys.executable, str(MANIFEST.parent / "gen.py")],
+        cwd=tmp_path,
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 1
+    (line,) = proc.stderr.strip().splitlines()  # said once, no traceback
+    assert line == (
+        "gen.py: no CUDA GPU is visible (torch.cuda.is_available() is False); run it on a GPU "
+        "host (examples/real_model/README.md). On a CPU host, examples/real_model/record_cpu.py "
+        "records the same model's kernels."
+    )
