@@ -1,0 +1,212 @@
+"""Time to first response of gen.py, with and without warmkit, on a GPU host: one command, fresh processes.
+
+Rows (each the median of ``--runs`` fresh processes, default 5):
+
+1. cold: an empty ``TRITON_CACHE_DIR`` per process, no warmkit;
+2. a warm Triton cache (primed by one uncounted run), no warmkit;
+3. ``warmkit record -o run.json -- python gen.py``, an empty cache per process
+   (the first recording becomes ``run.json``);
+4. ``warmkit run -m run.json -- python gen.py`` on the warm cache of row 2;
+5. from a bundle: ``warmkit bundle build run.json --target cuda:90`` once, then
+   per process an empty cache, ``warmkit bundle install`` (timed on its own) and
+   ``warmkit run -m run.json -- python gen.py``.
+
+Checks (exit 1 when one fails, each failure named): every run's TOKENS equal
+the recorded run's; rows 4 and 5 see 0 JIT events and 0 compiles after start.
+Writes into ``--out``: run.json, model.wkb, one log per process, results.json
+and table.md (the markdown table it also prints).
+
+Usage (examples/real_model/README.md; run_gpu.sh installs the wheels first)::
+
+    python3 examples/real_model/bench.py --runs 5 --out out/real_model
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+GEN = [sys.executable, str(HERE / "gen.py")]
+TIMEOUT_S = 300
+
+
+class Bench:
+    """The runs of one session: where they write, and how warmkit is called."""
+
+    def __init__(self, out: Path, warmkit: list[str], gen: list[str]) -> None:
+        self.out = out
+        self.warmkit = warmkit
+        self.workload = gen
+        self.scratch = Path(tempfile.mkdtemp(prefix="real-model-"))
+        self.failures: list[str] = []
+        self._n = 0
+
+    def cache(self) -> Path:
+        self._n += 1
+        return self.scratch / f"cache-{self._n}"  # absent: Triton creates it empty
+
+    def wk(self, *args: str, cache: Path) -> float:
+        """A warmkit command that is not the workload (build, install): its seconds."""
+        t0 = time.perf_counter()
+        self._call([*self.warmkit, *args], cache, f"warmkit-{args[0]}-{args[1]}-{self._n}")
+        return time.perf_counter() - t0
+
+    def gen(self, prefix: list[str], cache: Path, label: str) -> dict:
+        """One fresh process of gen.py (under ``prefix``); its parsed lines."""
+        out = self._call([*prefix, *self.workload], cache, label, launch=True)
+        got = {"label": label}
+        for line in out.splitlines():
+            word, _, rest = line.partition(" ")
+            if word == "TOKENS":
+                got["tokens"] = json.loads(rest)
+            elif word in ("FIRST_RESPONSE_S", "STEADY_S"):
+                got[word.lower()] = float(rest)
+            elif word in ("COMPILES", "JIT_EVENTS"):
+                got[word.lower()] = int(rest.split()[0])
+        if "tokens" not in got:
+            raise SystemExit(f"bench: {label} printed no TOKENS line; see {self.out / label}.log")
+        return got
+
+    def _call(self, cmd: list[str], cache: Path, label: str, launch: bool = False) -> str:
+        env = dict(os.environ, TRITON_CACHE_DIR=str(cache), HF_HUB_OFFLINE="1")
+        if launch:  # the clock gen.py's FIRST_RESPONSE_S counts from: warmkit's start included
+            env["REAL_MODEL_LAUNCH"] = repr(time.time())
+        proc = subprocess.run(
+            cmd,
+            check=False,
+            env=env,
+            cwd=self.out,
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT_S,
+        )
+        log = self.out / f"{label}.log"
+        log.write_text(f"$ {shlex.join(cmd)}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}")
+        if proc.returncode != 0:
+            raise SystemExit(
+                f"bench: {label} exited {proc.returncode}: {shlex.join(cmd)}; see {log}"
+            )
+        return proc.stdout
+
+
+def measure(b: Bench, runs: int) -> tuple[list[tuple[str, list[dict]]], dict]:
+    """Every row's runs, in the module docstring's order, and the build/install seconds."""
+    rows: list[tuple[str, list[dict]]] = []
+    cold = [b.gen([], b.cache(), f"cold-{i}") for i in range(runs)]
+    rows.append(("cold: empty Triton cache, no warmkit", cold))
+    warm = b.cache()
+    b.gen([], warm, "warm-prime")
+    rows.append(
+        ("warm Triton cache, no warmkit", [b.gen([], warm, f"warm-{i}") for i in range(runs)])
+    )
+    recorded = []
+    for i in range(runs):
+        rec = [*b.warmkit, "record", "-o", f"rec-{i}.json", "--"]
+        recorded.append(b.gen(rec, b.cache(), f"record-{i}"))
+    shutil.copy(b.out / "rec-0.json", b.out / "run.json")
+    replay = [*b.warmkit, "run", "-m", "run.json", "--"]
+    rows.append(("`warmkit record` (empty cache)", recorded))
+    rows.append(
+        (
+            "`warmkit run -m run.json`, warm cache",
+            [b.gen(replay, warm, f"run-{i}") for i in range(runs)],
+        )
+    )
+    build_s = b.wk(
+        "bundle", "build", "run.json", "--target", "cuda:90", "-o", "model.wkb", cache=b.cache()
+    )
+    bundled, install_s = [], []
+    for i in range(runs):
+        cache = b.cache()
+        install_s.append(b.wk("bundle", "install", "model.wkb", cache=cache))
+        bundled.append(b.gen(replay, cache, f"bundle-{i}"))
+    rows.append(("bundle installed into an empty cache, `warmkit run`", bundled))
+    return rows, {"bundle_build_s": build_s, "bundle_install_s": install_s}
+
+
+def check(b: Bench, rows: list[tuple[str, list[dict]]]) -> None:
+    """Same tokens as the recorded run everywhere; nothing compiled after start under `warmkit run`."""
+    reference = dict(rows)["`warmkit record` (empty cache)"][0]["tokens"]
+    for name, runs in rows:
+        for r in runs:
+            if r["tokens"] != reference:
+                b.failures.append(f"{r['label']}: TOKENS differ from the recorded run's")
+            if name.startswith(("`warmkit run", "bundle")):
+                if r.get("jit_events") != 0:
+                    b.failures.append(
+                        f"{r['label']}: JIT_EVENTS {r.get('jit_events')} (expected 0)"
+                    )
+                if r.get("compiles") != 0:
+                    b.failures.append(f"{r['label']}: COMPILES {r.get('compiles')} (expected 0)")
+
+
+def table(rows: list[tuple[str, list[dict]]], extra: dict) -> str:
+    lines = [
+        (
+            "| run | N | first response, median (s) | min-max (s) | steady generate, median (s) "
+            "| compiles | JIT events | tokens = recorded |"
+        ),
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    reference = dict(rows)["`warmkit record` (empty cache)"][0]["tokens"]
+    for name, runs in rows:
+        first = [r["first_response_s"] for r in runs]
+        events = {r.get("jit_events", "-") for r in runs}
+        lines.append(
+            f"| {name} | {len(runs)} | {statistics.median(first):.2f} | {min(first):.2f}-{max(first):.2f} "
+            f"| {statistics.median(r['steady_s'] for r in runs):.3f} "
+            f"| {','.join(str(c) for c in sorted({r['compiles'] for r in runs}))} "
+            f"| {','.join(str(e) for e in sorted(events, key=str))} "
+            f"| {all(r['tokens'] == reference for r in runs)} |"
+        )
+    install = extra["bundle_install_s"]
+    lines.append(
+        f"\nbundle build (once, on this host): {extra['bundle_build_s']:.1f} s; "
+        f"bundle install, median: {statistics.median(install):.2f} s (not in the row's first response)"
+    )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--runs", type=int, default=5, help="fresh processes per row (default 5)")
+    p.add_argument("--out", type=Path, default=Path("out/real_model"), help="where results go")
+    p.add_argument(
+        "--warmkit", default=f"{shlex.quote(sys.executable)} -m warmkit",
+        help="how to call warmkit (default: this Python's -m warmkit)",
+    )  # fmt: skip
+    p.add_argument(
+        "--gen", default=shlex.join(GEN),
+        help="the workload command (default: this Python's gen.py; another, for a smoke run of "
+        "this script where there is no GPU)",
+    )  # fmt: skip
+    a = p.parse_args()
+    a.out = a.out.resolve()
+    a.out.mkdir(parents=True, exist_ok=True)
+    b = Bench(a.out, shlex.split(a.warmkit), shlex.split(a.gen))
+    rows, extra = measure(b, a.runs)
+    check(b, rows)
+    text = table(rows, extra)
+    print(text)
+    (a.out / "table.md").write_text(text + "\n")
+    (a.out / "results.json").write_text(
+        json.dumps({"rows": rows, **extra, "failures": b.failures}, indent=1)
+    )
+    shutil.rmtree(b.scratch, ignore_errors=True)
+    for f in b.failures:
+        print(f"FAIL {f}")
+    raise SystemExit(1 if b.failures else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# The real-model example on a GPU host, in one call of the device tool (README.md in this folder).
+#
+# Here, first (the GPU host has torch, triton and transformers but no network, and lacks
+# these; wheels for its Python 3.12):
+#   rm -rf .whl && .venv/bin/pip wheel -q --no-deps -w .whl . plugins/triton_backend
+#   .venv/bin/pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+#       --platform manylinux_2_17_x86_64 -d .whl liger-kernel==0.8.5 stevedore pebble \
+#       jsonschema jsonschema-specifications referencing rpds-py jsonschema-rs
+# Device call:  bash examples/real_model/run_gpu.sh [RUNS]      (carry: .whl; RUNS default 5)
+#
+# Installs the wheels into /tmp/site (with --target they keep their entry points, which
+# plugin discovery needs), then runs bench.py: five rows of RUNS fresh processes each and
+# the checks (same tokens as the recorded run, 0 JIT events under `warmkit run`). Its
+# recording, bundle, logs and table come back under $OUT/real_model: commit its run.json as
+# examples/real_model/run.json and its table.md into docs/benchmarks.md.
+set -uo pipefail
+export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
+OUT=${OUT:-out}
+if [ -d .whl ]; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target /tmp/site .whl/*.whl || exit 1
+    export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+fi
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+python3 -c "import sys, torch, triton, transformers, liger_kernel; print('python', sys.version.split()[0], 'torch', torch.__version__, 'triton', triton.__version__, 'transformers', transformers.__version__)" || exit 1
+python3 examples/real_model/bench.py --runs "${1:-5}" --out "$OUT/real_model"
+rc=$?
+rm -f "$OUT"/real_model/rec-[1-9]*.json  # the first recording is run.json; the rest only timed
+exit $rc

@@ -1,0 +1,121 @@
+"""The CPU part of examples/real_model: its committed recording builds into a complete bundle for cuda:90.
+
+The manifest was recorded from an HF Llama patched with Liger-Kernel
+(examples/real_model/README.md says how). Replaying its raw entries imports
+Liger's kernel modules only, so this needs liger-kernel (a test dependency)
+and never transformers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import warmkit
+
+ROOT = Path(__file__).resolve().parents[2]
+MANIFEST = ROOT / "examples" / "real_model" / "run.json"
+TARGET = "cuda:90"
+#: The Liger kernels a Llama's generate() launches: RMSNorm, RoPE and SwiGLU's forward.
+LIGER_KERNELS = {
+    "liger_kernel.ops.rms_norm._rms_norm_forward_kernel",
+    "liger_kernel.ops.rope._triton_rope",
+    "liger_kernel.ops.swiglu._swiglu_forward_kernel",
+}
+
+
+def _warmkit(args: list[str], cache: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WARMKIT_")}
+    env["TRITON_CACHE_DIR"] = str(cache)
+    # A `transformers` that refuses to import, first on the path: CI does not install the
+    # real one, and the build must not need it even where it is installed.
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(cwd / "no-hf"), env.get("PYTHONPATH")]))
+    return subprocess.run(
+        [sys.executable, "-m", "warmkit", *args],
+        env=env,
+        cwd=cwd,
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict]:
+    """One `warmkit bundle build` of the committed recording into an empty Triton cache."""
+    tmp = tmp_path_factory.mktemp("real-model")
+    blocker = tmp / "no-hf" / "transformers"
+    blocker.mkdir(parents=True)
+    (blocker / "__init__.py").write_text(
+        'raise ImportError("the real-model bundle build imported transformers")\n'
+    )
+    wkb = tmp / "model.wkb"
+    proc = _warmkit(
+        ["bundle", "build", str(MANIFEST), "--target", TARGET, "-o", str(wkb), "--json"],
+        tmp / "empty-cache",
+        tmp,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return tmp, wkb, json.loads(proc.stdout)
+
+
+def test_the_committed_recording_is_liger_kernels_for_cuda90_all_replayable() -> None:
+    entries = warmkit.read_recorded(MANIFEST)
+    assert {e.name for e in entries} == LIGER_KERNELS
+    assert all(e.target == TARGET and e.replayable for e in entries), [
+        (e.name, e.target, e.reason) for e in entries if e.target != TARGET or not e.replayable
+    ]
+
+
+def test_every_recorded_key_is_in_the_bundle_built_without_transformers(built) -> None:
+    _, wkb, report = built
+    recorded = list(warmkit.read_recorded(MANIFEST))
+    assert (report["kernels"], report["keys"]) == (len(LIGER_KERNELS), len(recorded)), report
+    info = warmkit.inspect_bundle(wkb)
+    assert info["target"] == TARGET
+    assert set(info["kernels"]) == LIGER_KERNELS
+    assert sum(map(len, info["kernels"].values())) == len(recorded)
+
+
+def test_bundle_check_passes_for_the_committed_recording(built) -> None:
+    tmp, wkb, _ = built
+    # TODO(lead): `warmkit bundle check` lands from another branch; once merged, delete this
+    # skip so that CI runs the check (the issue's "CI runs its CPU part ... bundle check passes").
+    probe = _warmkit(["bundle", "check", "--help"], tmp / "probe-cache", tmp)
+    if probe.returncode != 0 and "invalid choice" in probe.stderr:
+        pytest.skip("`warmkit bundle check` is not on this branch yet (merged from another helper)")
+    proc = _warmkit(
+        ["bundle", "check", str(wkb), "--manifest", str(MANIFEST), "--target", TARGET],
+        tmp / "check-cache",
+        tmp,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_gen_refuses_a_host_without_cuda_and_says_where_to_run_it(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA GPU is visible: gen.py runs the model instead")
+    proc = subprocess.run(
+        [sys.executable, str(MANIFEST.parent / "gen.py")],
+        cwd=tmp_path,
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 1
+    (line,) = proc.stderr.strip().splitlines()  # said once, no traceback
+    assert line == (
+        "gen.py: no CUDA GPU is visible (torch.cuda.is_available() is False); run it on a GPU "
+        "host (examples/real_model/README.md). On a CPU host, examples/real_model/record_cpu.py "
+        "records the same model's kernels."
+    )
