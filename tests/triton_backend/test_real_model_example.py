@@ -85,17 +85,17 @@ def test_every_recorded_key_is_in_the_bundle_built_without_transformers(built) -
 
 def test_bundle_check_passes_for_the_committed_recording(built) -> None:
     tmp, wkb, _ = built
-    # TODO(lead): `warmkit bundle check` lands from another branch; once merged, delete this
-    # skip so that CI runs the check (the "CI runs its CPU part ... bundle check passes").
-    probe = _warmkit(["bundle", "check", "--help"], tmp / "probe-cache", tmp)
-    if probe.returncode != 0 and "invalid choice" in probe.stderr:
-        pytest.skip("`warmkit bundle check` is not on this branch yet (merged from another helper)")
     proc = _warmkit(
         ["bundle", "check", str(wkb), "--manifest", str(MANIFEST), "--target", TARGET],
         tmp / "check-cache",
         tmp,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    recorded = json.loads(MANIFEST.read_text())
+    lines = proc.stdout.splitlines()
+    assert lines[-1].endswith(": 0 miss(es)"), proc.stdout
+    assert sum(line.startswith("HIT ") for line in lines) == int(lines[-1].split()[0]), proc.stdout
+    assert recorded  # the committed recording is not empty
 
 
 def test_gen_refuses_a_host_without_cuda_and_says_where_to_run_it(tmp_path: Path) -> None:
