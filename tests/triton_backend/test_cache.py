@@ -139,3 +139,18 @@ def test_cache_verify_cli_names_bad_entries_and_quarantines(triton_cache):
     assert res.returncode == 0 and "1 entr(ies), 0 bad" in res.stdout
     res = cli("--cache-dir", f"nosuch={triton_cache}")
     assert res.returncode == 2 and "'nosuch'" in res.stderr and "triton" in res.stderr
+
+
+def test_a_warm_key_walks_tritons_launch_path_once(triton_cache, monkeypatch):
+    """The fleet's probe for the entry key finds the entry on disk and loads it in the same walk:
+    Triton's binder, specialization and cache key run once per warm key, not twice."""
+    from triton.runtime.jit import JITFunction
+
+    assert [e.status for e in _warm().entries] == ["compiled"]
+    runs = []
+    inner = JITFunction.run
+    monkeypatch.setattr(
+        JITFunction, "run", lambda self, *a, **kw: runs.append(self.__name__) or inner(self, *a, **kw)
+    )
+    assert [e.status for e in _warm().entries] == ["cached"]
+    assert len(runs) == 1, runs

@@ -75,9 +75,10 @@ INTERPRETER = "interpreter"
 
 _prep_lock = threading.RLock()
 
-# Set by entry_key(): the compile path runs up to Triton's cache key and stops there.
-_probing: contextvars.ContextVar[bool] = contextvars.ContextVar(
-    "warmkit_triton_probing", default=False
+# Set by entry_key(): the compile path runs up to Triton's cache key and stops there, or loads
+# the entry when it is on disk; the list receives the hash the probe computed.
+_probing: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar(
+    "warmkit_triton_probing", default=None
 )
 
 
@@ -86,6 +87,34 @@ class _Probed(Exception):
 
     def __init__(self, digest: str | None) -> None:
         self.digest = digest
+
+
+class _Loaded:
+    """What ``entry_key()``'s probe loaded (a complete entry on disk), for the next ``compile()``.
+
+    One slot per thread: the fleet calls ``compile(kernel, key, target)`` right
+    after ``entry_key`` in the same thread, and any ``compile()`` empties it, so
+    a result is never served to a later, unrelated call.
+    """
+
+    _local = threading.local()
+
+    @classmethod
+    def put(cls, kernel: Any, key: Any, target: str | None, result: Any) -> None:
+        cls._local.slot = (kernel, key, target, result)
+
+    @classmethod
+    def take(cls, kernel: Any, key: Any, target: str | None) -> Any:
+        slot = getattr(cls._local, "slot", None)
+        cls._local.slot = None
+        if slot is not None and slot[0] is kernel and slot[2] == target and slot[1] == key:
+            return slot[3]
+        return None
+
+
+def _entry_on_disk(digest: str) -> bool:
+    """Whether the probe may load entry ``digest``: complete on disk (``_cache.complete_entry``)."""
+    return complete_entry(Path(entry_dir(cache_dir(), digest))) is not None
 
 
 class _ContextThreadPool(ThreadPoolExecutor):
@@ -320,6 +349,9 @@ class TritonBackend:
             RuntimeError: device mode without a GPU.
         """
         require_triton()
+        loaded = None if _probing.get() is not None else _Loaded.take(kernel, key, target)
+        if loaded is not None:
+            return loaded  # entry_key() just walked Triton's launch path and loaded the entry
         if target == INTERPRETER:
             target = None
         tgt = parse_target(target) if target is not None else None
@@ -361,10 +393,17 @@ class TritonBackend:
         def call() -> Any:
             return api.warmup(fn, args, kwargs, options)
 
-        if _probing.get():
-            raise _Probed(api.probe_cache_hash(fn, args, kwargs, options))
         if scope is not None:
             scope.fns.add(fn)
+        probing = _probing.get()
+        if probing is not None:
+            # One walk of the launch path: an entry on disk is loaded now (a verified hit);
+            # otherwise only its hash comes out, and the fleet locks and compiles it.
+            digest, kernel = api.probe_or_load(fn, args, kwargs, options, _entry_on_disk)
+            if kernel is None:
+                raise _Probed(digest)
+            probing.append(digest)  # type: ignore[arg-type]  # not None: a kernel was loaded
+            return kernel
         if scope is None or scope.mode is None:
             kernel = call()
         else:
@@ -500,7 +539,11 @@ class TritonBackend:
 
         It runs the kernel's own ``JITFunction.warmup`` up to the point where
         Triton has computed the cache key and would compile
-        (``_triton_api.probe_cache_hash``).
+        (``_triton_api.probe_or_load``). When that entry is complete on disk,
+        the same walk loads it (Triton's verified disk hit: nothing is
+        compiled), and the next ``compile(kernel, key, target)`` in this thread
+        returns that result instead of walking Triton's launch path again: a
+        warm key computes its cache identity and loads its entry once.
 
         Returns:
             The hash, or None when it cannot be known here: the variant is
@@ -520,14 +563,19 @@ class TritonBackend:
             # An autotuned stack compiles one entry per surviving config and benchmarks them:
             # it has no single entry key (its tuned results are entries of their own).
             return None
-        token = _probing.set(True)
+        _Loaded.take(kernel, key, target)  # nothing of an earlier probe is served from here on
+        loaded: list[str] = []
+        token = _probing.set(loaded)
         try:
-            self.compile(kernel, key, target)
+            result = self.compile(kernel, key, target)
         except _Probed as probed:
             return probed.digest
         finally:
             _probing.reset(token)
-        return None
+        if not loaded:
+            return None
+        _Loaded.put(kernel, key, target, result)
+        return loaded[0]
 
     def entry_dir(self, entry_key: str) -> Path:
         """The directory of entry ``entry_key`` in the Triton cache (the base32 of the hash)."""
