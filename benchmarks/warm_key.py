@@ -228,11 +228,10 @@ def main() -> int:
                     f"({res['statuses']}, {res['compiles']} compiles)",
                     flush=True,
                 )
+    from _common import emit
+
     results = {name: summary(rows, keys) for name, rows in samples.items() if rows}
-    print(render(results, keys, a.target))
-    if a.out:
-        doc = {"benchmark": "warm_key", "target": a.target, "keys": keys, "results": results}
-        Path(a.out).write_text(json.dumps(doc, indent=2) + "\n")
+    emit("warm_key", {"target": a.target, "keys": keys, **results}, a.out, render(results, keys, a.target))
     return 0
 
 

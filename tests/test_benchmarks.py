@@ -26,6 +26,7 @@ SCRIPTS = [
     "scale.py",
     "dsl_startup.py",
     "fleet.py",
+    "warm_key.py",
 ]
 #: not benchmarks: shared helpers and workloads (synthetic_kernels.py has its own check below)
 HELPERS = {"_common.py", "synthetic_kernels.py", "plot_scale.py"}
