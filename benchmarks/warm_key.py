@@ -95,7 +95,9 @@ def space(keys: int) -> dict[str, list[Any]]:
             for nw in range(1, 5):
                 if nd * nb * nw == keys:
                     return {"dtype": dtypes[:nd], "block": blocks[:nb], "num_warps": warps[:nw]}
-    raise SystemExit(f"warm_key.py: --keys {keys} is not a product of <=3 dtypes, 4 blocks, 4 warps")
+    raise SystemExit(
+        f"warm_key.py: --keys {keys} is not a product of <=3 dtypes, 4 blocks, 4 warps"
+    )
 
 
 def write_manifest(path: Path, keys: int) -> Path:
@@ -231,13 +233,22 @@ def main() -> int:
     from _common import emit
 
     results = {name: summary(rows, keys) for name, rows in samples.items() if rows}
-    emit("warm_key", {"target": a.target, "keys": keys, **results}, a.out, render(results, keys, a.target))
+    emit(
+        "warm_key",
+        {"target": a.target, "keys": keys, **results},
+        a.out,
+        render(results, keys, a.target),
+    )
     return 0
 
 
 def _tree_env(env: dict[str, str], tree: Path) -> dict[str, str]:
     """``env`` with ``tree``'s core and plugins first on ``PYTHONPATH`` (its benchmarks too)."""
-    roots = [tree / "benchmarks", tree, *sorted(p for p in (tree / "plugins").iterdir() if p.is_dir())]
+    roots = [
+        tree / "benchmarks",
+        tree,
+        *sorted(p for p in (tree / "plugins").iterdir() if p.is_dir()),
+    ]
     out = dict(env)
     out["PYTHONPATH"] = os.pathsep.join([*(str(r) for r in roots), env["PYTHONPATH"]])
     return out
@@ -258,8 +269,10 @@ def summary(rows: list[dict[str, Any]], keys: int) -> dict[str, Any]:
 
 def render(results: dict[str, Any], keys: int, target: str) -> str:
     lines = [
-        f"| config ({keys} warm keys, {target}) | ms per key, median (min-max) | median key's own ms "
-        "| compiles | goal |",
+        (
+            f"| config ({keys} warm keys, {target}) | ms per key, median (min-max) "
+            "| median key's own ms | compiles | goal |"
+        ),
         "|---|---|---|---|---|",
     ]
     for name, r in results.items():

@@ -27,12 +27,13 @@ from packaging.markers import default_environment
 from packaging.requirements import Requirement
 
 #: What the H200 image has (docs/benchmarks.md, dsl_wheels.sh): never shipped.
-GPU_HOST_HAS = (
-    "torch triton transformers numpy cuda-bindings cuda-pathfinder cloudpickle ml-dtypes psutil "
-    "tqdm attrs typing-extensions filelock jinja2 markupsafe sympy mpmath networkx fsspec "
-    "setuptools pip packaging pyyaml requests urllib3 idna certifi charset-normalizer "
-    "huggingface-hub safetensors tokenizers regex hf-xet"
-).split()
+GPU_HOST_HAS = [
+    *("torch", "triton", "transformers", "numpy", "cuda-bindings", "cuda-pathfinder"),
+    *("cloudpickle", "ml-dtypes", "psutil", "tqdm", "attrs", "typing-extensions", "filelock"),
+    *("jinja2", "markupsafe", "sympy", "mpmath", "networkx", "fsspec", "setuptools", "pip"),
+    *("packaging", "pyyaml", "requests", "urllib3", "idna", "certifi", "charset-normalizer"),
+    *("huggingface-hub", "safetensors", "tokenizers", "regex", "hf-xet"),
+]
 #: This repository's packages: wheels built from the source tree.
 OWN = ("warmkit", "warmkit-triton", "warmkit-tilelang", "warmkit-cutedsl", "warmkit-blocktable")
 

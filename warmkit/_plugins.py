@@ -38,7 +38,7 @@ from ._backend import Backend, missing_members
 from ._exceptions import BackendUnavailableError, PluginFailure, PluginLoadError
 
 if TYPE_CHECKING:
-    import importlib.metadata
+    from importlib.metadata import EntryPoint
 
 __all__ = [
     "BACKENDS_GROUP",
@@ -100,7 +100,7 @@ class PluginInfo:
     conflicts: tuple[str, ...] = ()
     replaces: str | None = None
 
-    def entry_point(self) -> importlib.metadata.EntryPoint:
+    def entry_point(self) -> EntryPoint:
         from importlib.metadata import EntryPoint
 
         return EntryPoint(self.name, self.value, self.group)
@@ -124,7 +124,9 @@ def _allowed() -> tuple[str, ...] | None:
             from importlib.metadata import entry_points
 
             known = {
-                ep.name for group in (BACKENDS_GROUP, KERNELS_GROUP) for ep in entry_points(group=group)
+                ep.name
+                for group in (BACKENDS_GROUP, KERNELS_GROUP)
+                for ep in entry_points(group=group)
             }
         unknown = [n for n in allowed if n not in known]
         if unknown:
@@ -258,7 +260,7 @@ def _load(info: PluginInfo, *, invoke: bool) -> Any:
     failures: list[PluginFailure] = []
 
     class _Fresh(NamedExtensionManager):  # type: ignore[type-arg]
-        def list_entry_points(self) -> list[importlib.metadata.EntryPoint]:
+        def list_entry_points(self) -> list[EntryPoint]:
             return [info.entry_point()]
 
     def on_fail(_mgr: Any, ep: Any, err: BaseException) -> None:

@@ -420,10 +420,7 @@ class _Run:
 
             self._bar = tqdm(total=total, desc="warmkit warmup", unit="key", file=sys.stderr)
         self._unshown = 0  # entries not yet counted on the bar
-        self._procs: Any = None
-        self._pool_args: tuple[Any, ...] | None = None  # a group's pool, until its first cold key
-        self._pool_lock = threading.Lock()
-        self._warm_ids: set[int] = set()  # id() of the group's items found warm in the cache
+        self._procs: Any = None  # the group's ColdPool, when it may use worker processes
         self.fleet: Any = None
         self.setup_failures: dict[str, BaseException] = {}
         self.keep: Callable[[bool], None] = lambda collect=True: None  # see _kept_out_of_gc
@@ -516,10 +513,10 @@ class _Run:
                 return
         workers = min(workers, len(items))
         self._procs = None
-        # Worker processes start at the group's first key whose entry is not in the cache (the
-        # parent probes each key first): a warm restart never starts, nor waits for, a pool.
-        self._pool_args = None if backend_name is None else (backend, target, items, workers)
-        self._warm_ids = set()
+        if backend_name is not None:  # worker processes start at the group's first cold key
+            from ._coldpool import ColdPool
+
+            self._procs = ColdPool(self.fleet, backend, target, items, workers)
         try:
             # One compile_scope for the group's keys, the runner's threads included (a scope
             # per key cost ~1 us); a key's _warmkit_compile finds it set.
@@ -528,52 +525,6 @@ class _Run:
         finally:
             if self._procs is not None:
                 self._procs.cancel_queued()
-
-    @staticmethod
-    def _loaded(kernel: Any, key: Any, target: str | None) -> bool:
-        return target is None and key in kernel.executors  # nothing for a worker to do
-
-    def _in_worker(self, item: tuple[Any, Any], target: str | None) -> str | None:
-        """Compile the key in a worker process first (this group uses them: ``_workers``)."""
-        if self._loaded(*item, target):
-            return None
-        return self._procs.compile(item)
-
-    def _pool(self) -> Any:
-        """The group's worker processes, started (and the group queued) at its first cold key."""
-        with self._pool_lock:
-            if self._pool_args is not None:
-                from ._workers import worker_pool
-
-                backend, target, items, workers = self._pool_args
-                self._pool_args = None
-                self._procs = worker_pool(backend, target, len(items), workers)
-                if self._procs is not None:
-                    warm = self._warm_ids
-                    self._procs.queue_all(
-                        [it for it in items if id(it) not in warm],
-                        lambda kernel, key: self._loaded(kernel, key, target),
-                    )
-            return self._procs
-
-    def _probe(
-        self, backend: Any, item: tuple[Any, Any], target: str | None
-    ) -> tuple[tuple[str | None, Any] | None, str | None]:
-        """``(probed, in_worker)``: a key warm in the cache is loaded here; a cold one goes to the pool."""
-        kernel, key = item
-        if (self._pool_args is None and self._procs is None) or kernel._warmkit_in_memory(
-            key, target
-        ):
-            return None, None  # no pool for this group, or nothing to load: the fleet decides
-        ek = self.fleet.entry_key(backend, kernel, key, target)
-        files = self.fleet.entry_files(backend, ek)
-        if files is not None:
-            self._warm_ids.add(id(item))
-            return (ek, files), None
-        if self._pool() is None:
-            return (ek, None), None
-        # the worker writes the entry: the fleet's own probe then loads it
-        return None, self._in_worker(item, target)
 
     def _compile(
         self,
@@ -588,7 +539,7 @@ class _Run:
             kernel, key = item
             name = type(kernel).name
             try:
-                probed, in_worker = self._probe(backend, item, target)
+                probed, in_worker = (None, None) if self._procs is None else self._procs.probe(item)
                 # compiled, cached, waited (another process of this host) or fetched (store)
                 executor, status = self.fleet.compile(backend, kernel, key, target, probed=probed)
             except Exception as exc:  # noqa: BLE001 -- reported as this backend's keys' failure

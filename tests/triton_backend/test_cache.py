@@ -150,7 +150,9 @@ def test_a_warm_key_walks_tritons_launch_path_once(triton_cache, monkeypatch):
     runs = []
     inner = JITFunction.run
     monkeypatch.setattr(
-        JITFunction, "run", lambda self, *a, **kw: runs.append(self.__name__) or inner(self, *a, **kw)
+        JITFunction,
+        "run",
+        lambda self, *a, **kw: runs.append(self.__name__) or inner(self, *a, **kw),
     )
     assert [e.status for e in _warm().entries] == ["cached"]
     assert len(runs) == 1, runs

@@ -176,7 +176,12 @@ def check_probe_or_load(triton_cache: Path) -> None:
         api.drop_device(add_kernel, device)
         device = api.prepare_function(add_kernel)
         again, loaded = api.probe_or_load(*launch, lambda d: True)
-        assert again == digest == api.compiled_identity(loaded)[0] == api.compiled_identity(compiled)[0]
+        assert (
+            again
+            == digest
+            == api.compiled_identity(loaded)[0]
+            == api.compiled_identity(compiled)[0]
+        )
         assert any(loaded in cache.values() for cache in api.kernel_caches(add_kernel))
         assert api.probe_or_load(*launch, lambda d: True) == (None, None)  # an in-memory hit
         api.drop_device(add_kernel, device)

@@ -64,6 +64,7 @@ from ._cache import (
     verifying,
 )
 from ._kernel import InterpretedExecutor, TritonExecutor, TritonKernel, check_warmup_args
+from ._probe import Loaded, Probed, entry_on_disk, probing
 from ._triton_api import INSTALL_HINT, TritonNotInstalledError, require_triton
 
 __all__ = ["TritonBackend"]
@@ -74,47 +75,6 @@ logger = logging.getLogger(__name__)
 INTERPRETER = "interpreter"
 
 _prep_lock = threading.RLock()
-
-# Set by entry_key(): the compile path runs up to Triton's cache key and stops there, or loads
-# the entry when it is on disk; the list receives the hash the probe computed.
-_probing: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar(
-    "warmkit_triton_probing", default=None
-)
-
-
-class _Probed(Exception):
-    """Carries an entry key (or None: nothing to compile) out of ``compile()``."""
-
-    def __init__(self, digest: str | None) -> None:
-        self.digest = digest
-
-
-class _Loaded:
-    """What ``entry_key()``'s probe loaded (a complete entry on disk), for the next ``compile()``.
-
-    One slot per thread: the fleet calls ``compile(kernel, key, target)`` right
-    after ``entry_key`` in the same thread, and any ``compile()`` empties it, so
-    a result is never served to a later, unrelated call.
-    """
-
-    _local = threading.local()
-
-    @classmethod
-    def put(cls, kernel: Any, key: Any, target: str | None, result: Any) -> None:
-        cls._local.slot = (kernel, key, target, result)
-
-    @classmethod
-    def take(cls, kernel: Any, key: Any, target: str | None) -> Any:
-        slot = getattr(cls._local, "slot", None)
-        cls._local.slot = None
-        if slot is not None and slot[0] is kernel and slot[2] == target and slot[1] == key:
-            return slot[3]
-        return None
-
-
-def _entry_on_disk(digest: str) -> bool:
-    """Whether the probe may load entry ``digest``: complete on disk (``_cache.complete_entry``)."""
-    return complete_entry(Path(entry_dir(cache_dir(), digest))) is not None
 
 
 class _ContextThreadPool(ThreadPoolExecutor):
@@ -349,7 +309,7 @@ class TritonBackend:
             RuntimeError: device mode without a GPU.
         """
         require_triton()
-        loaded = None if _probing.get() is not None else _Loaded.take(kernel, key, target)
+        loaded = None if probing.get() is not None else Loaded.take(kernel, key, target)
         if loaded is not None:
             return loaded  # entry_key() just walked Triton's launch path and loaded the entry
         if target == INTERPRETER:
@@ -395,14 +355,14 @@ class TritonBackend:
 
         if scope is not None:
             scope.fns.add(fn)
-        probing = _probing.get()
-        if probing is not None:
+        hashes = probing.get()
+        if hashes is not None:
             # One walk of the launch path: an entry on disk is loaded now (a verified hit);
             # otherwise only its hash comes out, and the fleet locks and compiles it.
-            digest, kernel = api.probe_or_load(fn, args, kwargs, options, _entry_on_disk)
+            digest, kernel = api.probe_or_load(fn, args, kwargs, options, entry_on_disk)
             if kernel is None:
-                raise _Probed(digest)
-            probing.append(digest)  # type: ignore[arg-type]  # not None: a kernel was loaded
+                raise Probed(digest)
+            hashes.append(digest)  # type: ignore[arg-type]  # not None: a kernel was loaded
             return kernel
         if scope is None or scope.mode is None:
             kernel = call()
@@ -563,18 +523,18 @@ class TritonBackend:
             # An autotuned stack compiles one entry per surviving config and benchmarks them:
             # it has no single entry key (its tuned results are entries of their own).
             return None
-        _Loaded.take(kernel, key, target)  # nothing of an earlier probe is served from here on
+        Loaded.take(kernel, key, target)  # nothing of an earlier probe is served from here on
         loaded: list[str] = []
-        token = _probing.set(loaded)
+        token = probing.set(loaded)
         try:
             result = self.compile(kernel, key, target)
-        except _Probed as probed:
+        except Probed as probed:
             return probed.digest
         finally:
-            _probing.reset(token)
+            probing.reset(token)
         if not loaded:
             return None
-        _Loaded.put(kernel, key, target, result)
+        Loaded.put(kernel, key, target, result)
         return loaded[0]
 
     def entry_dir(self, entry_key: str) -> Path:
@@ -583,7 +543,8 @@ class TritonBackend:
 
     def entry_files(self, entry_key: str) -> dict[str, Path] | None:
         """The files of the complete local entry ``entry_key`` (``_cache.complete_entry``), or None."""
-        return complete_entry(self.entry_dir(entry_key))
+        found = Loaded.take_files(entry_key)  # what entry_key()'s probe just found, if this key
+        return found if found is not None else complete_entry(self.entry_dir(entry_key))
 
     def entry_key_of(self, directory: str | os.PathLike[str]) -> str | None:
         """The hash of the entry in ``directory`` (the inverse of ``entry_dir``); None if not one."""
