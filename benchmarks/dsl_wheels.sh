@@ -5,8 +5,9 @@
 #   bash benchmarks/dsl_wheels.sh [DEST]      (DEST default: .whl-dsl, ignored by git)
 #
 # DEST/1: tilelang, apache-tvm-ffi, torch-c-dlpack-ext, nvidia-cutlass-dsl(+libs-base, -core),
-#         this repo's warmkit, warmkit-tilelang, warmkit-cutedsl, stevedore, pebble; and a bundle of TiledGemm built
-#         here for cuda:90 (sm_90a) with no GPU.
+#         this repo's warmkit, warmkit-tilelang, warmkit-cutedsl, and every other dependency
+#         (benchmarks/wheel_deps.py: jsonschema and its own, stevedore, pebble, ...); and a
+#         bundle of TiledGemm built here for cuda:90 (sm_90a) with no GPU.
 # DEST/2: z3-solver, nvidia-cutlass-dsl-libs-cu12 part 1 of 3
 # DEST/3: nvidia-cutlass-dsl-libs-cu12 parts 2 and 3
 # The H200 image already has torch, cuda-bindings, cloudpickle, ml-dtypes, psutil, numpy, tqdm,
@@ -17,10 +18,12 @@ DEST=${1:-.whl-dsl}
 rm -rf "$DEST" && mkdir -p "$DEST/1" "$DEST/2" "$DEST/3" "$DEST/dl"
 PLAT=(--platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_24_x86_64
       --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64)
+# Every dependency, from the packages' own Requires-Dist (resolved recursively, at the versions
+# installed here, minus what the H200 image has): a hand-kept list once missed jsonschema.
+mapfile -t WHEELS < <(.venv/bin/python benchmarks/wheel_deps.py warmkit warmkit-tilelang \
+    warmkit-cutedsl tilelang nvidia-cutlass-dsl)
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-    "${PLAT[@]}" -d "$DEST/dl" tilelang==0.1.15 apache-tvm-ffi==0.1.12 z3-solver==4.15.4.0 \
-    torch-c-dlpack-ext==0.1.5 nvidia-cutlass-dsl==4.8.1 nvidia-cutlass-dsl-libs-base==4.8.1 \
-    nvidia-cutlass-dsl-libs-core==4.8.1 nvidia-cutlass-dsl-libs-cu12==4.8.1 stevedore==5.10.0 pebble
+    "${PLAT[@]}" -d "$DEST/dl" "${WHEELS[@]}"
 .venv/bin/pip wheel -q --no-deps -w "$DEST/1" . plugins/tilelang_backend
 [ -d plugins/cutedsl_backend ] && .venv/bin/pip wheel -q --no-deps -w "$DEST/1" plugins/cutedsl_backend
 mv "$DEST"/dl/z3_solver-*.whl "$DEST/2/"

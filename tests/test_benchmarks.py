@@ -26,10 +26,11 @@ SCRIPTS = [
     "scale.py",
     "dsl_startup.py",
     "fleet.py",
+    "warm_key.py",
 ]
 #: not benchmarks: shared helpers and workloads (synthetic_kernels.py has its own check below);
 #: identity_gpu.py is the lead's H200 proof of pinned identity (needs CUDA and fla-core)
-HELPERS = {"_common.py", "synthetic_kernels.py", "plot_scale.py", "identity_gpu.py"}
+HELPERS = {"_common.py", "synthetic_kernels.py", "plot_scale.py", "identity_gpu.py", "wheel_deps.py"}
 
 
 def test_every_script_is_smoke_tested():
@@ -114,3 +115,22 @@ def test_plot_scale_writes_a_png(tmp_path):
     plot = [sys.executable, str(BENCH / "plot_scale.py"), str(data), str(png)]
     subprocess.run(plot, cwd=tmp_path, capture_output=True, timeout=240, check=True)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_wheel_deps_resolves_requires_dist_recursively_minus_the_gpu_hosts_packages():
+    """The GPU host's wheel list comes from the packages' metadata: warmkit's jsonschema (once
+    forgotten by hand) and jsonschema's own referencing come, the host's attrs and the repo's own
+    packages do not, and a requirement not installed here is an error naming who needs it."""
+    run = [sys.executable, str(BENCH / "wheel_deps.py")]
+    proc = subprocess.run([*run, "warmkit"], capture_output=True, text=True, timeout=60, check=True)
+    names = {line.split("==")[0] for line in proc.stdout.split()}
+    assert {"jsonschema", "referencing", "stevedore", "pebble"} <= names
+    assert not names & {"attrs", "warmkit", "tqdm", "filelock"}
+    proc = subprocess.run(
+        [*run, "--host-has", "", "no-such-dist-xyz"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 1 and "no-such-dist-xyz (required by the command line)" in proc.stderr

@@ -84,6 +84,10 @@ _current: contextvars.ContextVar[Fleet | None] = contextvars.ContextVar(
 )
 
 
+#: ``Fleet.compile(probed=...)`` without the entry's files: ask the backend.
+_ASK = object()
+
+
 def current_fleet() -> Fleet | None:
     """The ``Fleet`` of the warmup in progress in this thread (None outside a warmup).
 
@@ -299,16 +303,27 @@ class Fleet:
 
     # -- one key -------------------------------------------------------------------------------------
 
-    def compile(self, backend: Any, kernel: Any, key: Any, target: str | None) -> tuple[Any, str]:
+    def compile(
+        self, backend: Any, kernel: Any, key: Any, target: str | None, *, probed: Any = None
+    ) -> tuple[Any, str]:
         """Compile (or load, wait for, fetch) one key; return ``(executor, status)``.
 
         ``status`` is ``compiled``, ``cached``, ``waited`` or ``fetched``.
+
+        Args:
+            probed: ``(entry_key, files)`` when the caller just asked
+                :meth:`entry_key` and the backend's ``entry_files`` for this key
+                (so neither is asked twice); files None: not complete then.
 
         Raises:
             CacheMissError: read-only serving, and the key is not in the cache.
             StoreUnavailableError: the store is unreachable and ``store_required``.
         """
-        ek = None if backend is None else self._entry_key(backend, kernel, key, target)
+        files: Any = _ASK
+        if probed is not None:
+            ek, files = probed
+        else:
+            ek = None if backend is None else self._entry_key(backend, kernel, key, target)
         if ek is None:
             executor, cached = kernel._warmkit_compile(key, target)
             hit = cached or reports_cache_hit(executor)
@@ -327,7 +342,7 @@ class Fleet:
             return executor, cached or reports_cache_hit(executor)
 
         name = type(kernel).name
-        if backend.entry_files(ek) is not None:
+        if (backend.entry_files(ek) if files is _ASK else files) is not None:
             return self._load(plain, "cached", name, key, ek)
         if self.read_only:
             raise CacheMissError(
@@ -346,6 +361,19 @@ class Fleet:
             if self.store is None:
                 return self._produce(plain, backend, ek, store_key, name, key, target, None)
             return self._through_store(plain, backend, ek, store_key, name, key, target)
+
+    def entry_key(self, backend: Any, kernel: Any, key: Any, target: str | None) -> str | None:
+        """The backend's entry key for ``key`` (None: unknown, or nothing to load); see :meth:`compile`.
+
+        Raises:
+            WarmkitError: the cache directory is not writable (and not ``read_only``).
+        """
+        return self._entry_key(backend, kernel, key, target)
+
+    @staticmethod
+    def entry_files(backend: Any, ek: str | None) -> dict[str, Path] | None:
+        """The files of entry ``ek`` when it is complete in the local cache (loading it compiles nothing)."""
+        return None if ek is None else backend.entry_files(ek)
 
     def _entry_key(self, backend: Any, kernel: Any, key: Any, target: str | None) -> str | None:
         if backend is None:

@@ -22,6 +22,8 @@ The API (also for stores that hold entries elsewhere, e.g. a shared store):
 ``update_record(entry, names)`` re-record files warmkit itself rewrote (relocated paths)
 ``compare(recorded, actual)`` problems between two file records (missing, size, sha256)
 ``verify_entry(entry, check)`` problems of one entry; ``[]`` = trustworthy
+``verify_entry_stamped(entry, check)`` the same, skipping the hashes while the entry's
+                              files are unchanged since a full check passed (lookups)
 ``quarantine(entry, problems)`` move it aside, warn, return where it went
 ``verify_cache(root, check)`` ``{entry name: problems}`` for every bad entry under ``root``
 """
@@ -32,6 +34,7 @@ import hashlib
 import json
 import logging
 import os
+import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -50,6 +53,7 @@ __all__ = [
     "update_record",
     "verify_cache",
     "verify_entry",
+    "verify_entry_stamped",
     "write_record",
 ]
 
@@ -57,6 +61,10 @@ logger = logging.getLogger(__name__)
 
 #: The record warmkit writes into every entry it writes or installs.
 RECORD = "warmkit-integrity.json"
+#: The stamp of the last full check that passed (``verify_entry_stamped``).
+STAMP = "warmkit-verified.json"
+#: A file changed less than this before a check is not stamped ("racy" timestamps, as in git).
+_RACY_NS = 2_000_000_000
 #: Where bad entries are moved, inside the cache directory.
 QUARANTINE_DIR = ".warmkit-quarantine"
 _FORMAT = 1
@@ -227,6 +235,83 @@ def verify_entry(entry: str | os.PathLike[str], check: Check | None = None) -> l
     except (OSError, ValueError) as exc:
         problems = [str(exc)]
     return problems
+
+
+def verify_entry_stamped(entry: str | os.PathLike[str], check: Check | None = None) -> list[str]:
+    """:func:`verify_entry`, skipped while the entry is provably unchanged since one passed.
+
+    After a full check passes, ``<entry>/warmkit-verified.json`` stamps every
+    file's (device, inode, size, mtime_ns, ctime_ns), the integrity record's
+    included. A later call whose stat of the entry's files (the same names,
+    no more, no fewer) equals the stamp returns ``[]`` without reading them;
+    any difference, a missing or unreadable stamp runs the full check (and
+    stamps again if it passes). Sound against every change made through the
+    file system: ``ctime`` is set by the kernel on every write, truncation,
+    rename, link or ``chmod``, and no user process can set it back; a file
+    replaced by another has another inode. It does not see bytes that change
+    under the file system (bit rot, a raw write to the block device): that is
+    what ``warmkit cache verify`` (always the full check) is for. A file
+    changed within ``_RACY_NS`` of the check, or while it ran, is not stamped
+    (its ctime may not move within the clock's tick), so it is checked in full
+    next time. ``docs/reliability.md`` says the same.
+
+    Args:
+        entry: the entry's directory.
+        check: the backend's structural check (as for :func:`verify_entry`).
+    """
+    root = Path(entry)
+    try:
+        before = _stat_entry(root)
+    except OSError:
+        return verify_entry(root, check)  # reports what is wrong (e.g. not a directory)
+    if before == _read_stamp(root):
+        return []
+    problems = verify_entry(root, check)
+    if not problems:
+        _stamp(root, before)
+    return problems
+
+
+def _stat_entry(root: Path) -> dict[str, list[int]]:
+    """``{relative path: [dev, ino, size, mtime_ns, ctime_ns]}`` of the entry's own files and record."""
+    files = [(rel, path) for rel, path in _own_files(root)]
+    if (root / RECORD).exists():
+        files.append((RECORD, root / RECORD))
+    out = {}
+    for rel, path in files:
+        st = os.stat(path)
+        out[rel] = [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+    return out
+
+
+def _read_stamp(root: Path) -> dict[str, list[int]] | None:
+    """The stamped stats, or None (no stamp, or one that does not parse: the stamp is data)."""
+    try:
+        data = json.loads((root / STAMP).read_text())
+    except (OSError, ValueError):
+        return None
+    files = data.get("files") if isinstance(data, dict) and data.get("format") == _FORMAT else None
+    return files if isinstance(files, dict) else None
+
+
+def _stamp(root: Path, before: dict[str, list[int]]) -> None:
+    """Stamp ``before`` if the files did not change while they were checked, nor just before."""
+    try:
+        after = _stat_entry(root)
+    except OSError:
+        return
+    newest = max((s[4] for s in after.values()), default=0)
+    if after != before or not after or newest > time.time_ns() - _RACY_NS:
+        return
+    path = root / STAMP
+    tmp = root / f".{STAMP}.{uuid.uuid4().hex}.tmp"
+    try:
+        tmp.write_text(json.dumps({"format": _FORMAT, "files": after}, separators=(",", ":")))
+        os.replace(tmp, path)
+    except OSError as exc:  # e.g. a read-only cache: every start checks it in full instead
+        logger.debug("cannot stamp verified cache entry %s: %s", root, exc)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def quarantine(entry: str | os.PathLike[str], problems: Sequence[str]) -> Path | None:

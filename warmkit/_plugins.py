@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import importlib.metadata
 import logging
 import os
 import re
@@ -30,13 +29,16 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from . import _envs
 from ._backend import Backend, missing_members
 from ._exceptions import BackendUnavailableError, PluginFailure, PluginLoadError
+
+if TYPE_CHECKING:
+    from importlib.metadata import EntryPoint
 
 __all__ = [
     "BACKENDS_GROUP",
@@ -98,8 +100,10 @@ class PluginInfo:
     conflicts: tuple[str, ...] = ()
     replaces: str | None = None
 
-    def entry_point(self) -> importlib.metadata.EntryPoint:
-        return importlib.metadata.EntryPoint(self.name, self.value, self.group)
+    def entry_point(self) -> EntryPoint:
+        from importlib.metadata import EntryPoint
+
+        return EntryPoint(self.name, self.value, self.group)
 
 
 def _allowed() -> tuple[str, ...] | None:
@@ -117,10 +121,12 @@ def _allowed() -> tuple[str, ...] | None:
                 for info in discover(group, honour_allow_list=False)
             }
         else:  # names only: no distribution metadata read
+            from importlib.metadata import entry_points
+
             known = {
                 ep.name
                 for group in (BACKENDS_GROUP, KERNELS_GROUP)
-                for ep in importlib.metadata.entry_points(group=group)
+                for ep in entry_points(group=group)
             }
         unknown = [n for n in allowed if n not in known]
         if unknown:
@@ -175,9 +181,13 @@ def discover(group: str, *, honour_allow_list: bool = True) -> list[PluginInfo]:
 
 
 def _scan(group: str) -> list[PluginInfo]:
+    # imported here, not at the top: with the email package it pulls in, it was 20-45 ms of
+    # `import warmkit` (B7), and an engine that declares its kernels never scans
+    from importlib.metadata import entry_points
+
     by_name: dict[str, list[PluginInfo]] = {}
     seen: set[tuple[str, str, str | None]] = set()
-    for ep in importlib.metadata.entry_points(group=group):
+    for ep in entry_points(group=group):
         dist = getattr(ep, "dist", None)
         dname = _dist_name(dist)
         ident = (ep.name, ep.value, dname)
@@ -250,7 +260,7 @@ def _load(info: PluginInfo, *, invoke: bool) -> Any:
     failures: list[PluginFailure] = []
 
     class _Fresh(NamedExtensionManager):  # type: ignore[type-arg]
-        def list_entry_points(self) -> list[importlib.metadata.EntryPoint]:
+        def list_entry_points(self) -> list[EntryPoint]:
             return [info.entry_point()]
 
     def on_fail(_mgr: Any, ep: Any, err: BaseException) -> None:

@@ -365,6 +365,8 @@ def expand(
     flat_names = tuple(itertools.chain.from_iterable(axis_names))
     nz = len(zip_groups)
     key_type = info.key_type
+    if not nz and not fixed and pred is None:
+        return _expand_plain(kernel_name, dispatch, key_type, flat_names, axes)
     keys = {}
     for combo in itertools.product(*axes):
         if nz:
@@ -375,6 +377,36 @@ def expand(
         if pred is not None and not pred(**{a: kwargs.get(a, d) for a, d in pred_args}):
             continue
         _add_key(keys, kernel_name, dispatch, key_type, kwargs)
+    return keys
+
+
+def _expand_plain(
+    kernel_name: str,
+    dispatch: Callable[..., Hashable],
+    key_type: type | None,
+    names: tuple[str, ...],
+    axes: list[Sequence[Any]],
+) -> dict[Hashable, None]:
+    """``expand``'s loop for keyword axes only (the common space): ``_add_key`` inlined.
+
+    A key of exactly ``key_type`` that hashes is stored here; anything else (an
+    error, a subclass, no ``key_type``) goes through ``_add_key``, which says
+    what is wrong. A call per point less: ~10 % of planning 1M points (B6).
+    """
+    keys: dict[Hashable, None] = {}
+    for combo in itertools.product(*axes):
+        kwargs = dict(zip(names, combo))
+        try:
+            key = dispatch(**kwargs)
+        except TypeError as exc:
+            raise _dispatch_failed(kernel_name, kwargs, exc) from exc
+        if key.__class__ is key_type:
+            try:
+                keys[key] = None
+                continue
+            except TypeError:
+                pass
+        _check_key(keys, kernel_name, key_type, kwargs, key)
     return keys
 
 
@@ -435,7 +467,22 @@ def _add_key(
     try:
         key = dispatch(**kwargs)
     except TypeError as exc:
-        raise TypeError(f"kernel {kernel_name!r}: dispatch({_fmt(kwargs)}) failed: {exc}") from exc
+        raise _dispatch_failed(kernel_name, kwargs, exc) from exc
+    _check_key(keys, kernel_name, key_type, kwargs, key)
+
+
+def _dispatch_failed(kernel_name: str, kwargs: dict[str, Any], exc: TypeError) -> TypeError:
+    return TypeError(f"kernel {kernel_name!r}: dispatch({_fmt(kwargs)}) failed: {exc}")
+
+
+def _check_key(
+    keys: dict[Hashable, None],
+    kernel_name: str,
+    key_type: type | None,
+    kwargs: dict[str, Any],
+    key: Any,
+) -> None:
+    """Store ``key``, returned by ``dispatch(**kwargs)``, or raise saying why it is not a key."""
     if key_type is not None and not isinstance(key, key_type):
         raise TypeError(
             f"kernel {kernel_name!r}: dispatch({_fmt(kwargs)}) returned {key!r}, not a "

@@ -420,7 +420,7 @@ class _Run:
 
             self._bar = tqdm(total=total, desc="warmkit warmup", unit="key", file=sys.stderr)
         self._unshown = 0  # entries not yet counted on the bar
-        self._procs: Any = None
+        self._procs: Any = None  # the group's ColdPool, when it may use worker processes
         self.fleet: Any = None
         self.setup_failures: dict[str, BaseException] = {}
         self.keep: Callable[[bool], None] = lambda collect=True: None  # see _kept_out_of_gc
@@ -513,12 +513,10 @@ class _Run:
                 return
         workers = min(workers, len(items))
         self._procs = None
-        if backend_name is not None:
-            from ._workers import worker_pool
+        if backend_name is not None:  # worker processes start at the group's first cold key
+            from ._coldpool import ColdPool
 
-            self._procs = worker_pool(backend, target, len(items), workers)
-        if self._procs is not None:
-            self._procs.queue_all(items, lambda kernel, key: self._loaded(kernel, key, target))
+            self._procs = ColdPool(self.fleet, backend, target, items, workers)
         try:
             # One compile_scope for the group's keys, the runner's threads included (a scope
             # per key cost ~1 us); a key's _warmkit_compile finds it set.
@@ -527,16 +525,6 @@ class _Run:
         finally:
             if self._procs is not None:
                 self._procs.cancel_queued()
-
-    @staticmethod
-    def _loaded(kernel: Any, key: Any, target: str | None) -> bool:
-        return target is None and key in kernel.executors  # nothing for a worker to do
-
-    def _in_worker(self, item: tuple[Any, Any], target: str | None) -> str | None:
-        """Compile the key in a worker process first (this group uses them: ``_workers``)."""
-        if self._loaded(*item, target):
-            return None
-        return self._procs.compile(item)
 
     def _compile(
         self,
@@ -551,9 +539,9 @@ class _Run:
             kernel, key = item
             name = type(kernel).name
             try:
-                in_worker = None if self._procs is None else self._in_worker(item, target)
+                probed, in_worker = (None, None) if self._procs is None else self._procs.probe(item)
                 # compiled, cached, waited (another process of this host) or fetched (store)
-                executor, status = self.fleet.compile(backend, kernel, key, target)
+                executor, status = self.fleet.compile(backend, kernel, key, target, probed=probed)
             except Exception as exc:  # noqa: BLE001 -- reported as this backend's keys' failure
                 return ReportEntry(
                     name,

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import logging
+import os
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from warmkit import _integrity
 from warmkit._integrity import (
     QUARANTINE_DIR,
     RECORD,
+    STAMP,
     _own_files,
     compare,
     file_record,
@@ -18,6 +21,7 @@ from warmkit._integrity import (
     read_record,
     verify_cache,
     verify_entry,
+    verify_entry_stamped,
     write_record,
 )
 
@@ -173,3 +177,85 @@ def test_update_record_rerecords_only_the_named_files(tmp_path):
 
     update_record(entry, ["k.json"])
     assert verify_entry(entry) == ["k.bin has 3 bytes, recorded 256"]
+
+
+# -- the verified stamp: a lookup skips the hashes only while the files are provably unchanged ----
+
+
+@pytest.fixture
+def stamped(tmp_path, monkeypatch):
+    """A recorded entry whose full check passed and was stamped; sha256_file counts its calls."""
+    monkeypatch.setattr(_integrity, "_RACY_NS", 0)  # the files were just written: stamp them anyway
+    entry = _entry(tmp_path)
+    write_record(entry)
+    assert verify_entry_stamped(entry) == [] and (entry / STAMP).is_file()
+    hashed = []
+    inner = _integrity.sha256_file
+    monkeypatch.setattr(_integrity, "sha256_file", lambda p: hashed.append(p) or inner(p))
+    return entry, hashed
+
+
+def test_a_stamped_unchanged_entry_is_not_hashed_again(stamped):
+    entry, hashed = stamped
+    assert verify_entry_stamped(entry, lambda e: ["the structural check ran"]) == []
+    assert hashed == []
+
+
+@pytest.mark.parametrize(
+    "damage",
+    ["flip a byte, same size and mtime", "truncate", "replace by rename", "remove", "add a file"],
+)
+def test_any_change_after_the_stamp_gets_the_full_check(stamped, damage):
+    entry, hashed = stamped
+    path = entry / "k.bin"
+    st = os.stat(path)
+    if damage == "flip a byte, same size and mtime":
+        data = bytearray(path.read_bytes())
+        data[3] ^= 1
+        path.write_bytes(bytes(data))
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))  # only ctime tells
+        expected = ["k.bin sha256"]
+    elif damage == "truncate":
+        path.write_bytes(path.read_bytes()[:10])
+        expected = ["k.bin has 10 bytes, recorded 256"]
+    elif damage == "replace by rename":
+        (entry / "new").write_bytes(b"\0" * 256)
+        os.replace(entry / "new", path)
+        expected = ["k.bin sha256"]
+    elif damage == "remove":
+        path.unlink()
+        expected = ["k.bin is missing"]
+    else:
+        (entry / "extra.bin").write_bytes(b"")
+        expected = ["extra.bin is empty"]
+    problems = verify_entry_stamped(entry, lambda e: [f"{p.name} is empty" for p in e.iterdir()
+                                                     if p.stat().st_size == 0])  # fmt: skip
+    assert [p[: len(x)] for p, x in zip(problems, expected)] == expected and len(problems) == 1
+    assert hashed or damage == "remove" or damage == "truncate"
+
+
+def test_a_changed_record_or_a_garbage_stamp_gets_the_full_check(stamped):
+    entry, hashed = stamped
+    write_record(entry)  # rewritten: its own stat is part of the stamp
+    assert verify_entry_stamped(entry) == [] and len(hashed) == 4  # hashed twice: record + check
+    hashed.clear()
+    (entry / STAMP).write_text('{"format": 1, "files": [')
+    assert verify_entry_stamped(entry) == [] and len(hashed) == 2
+
+
+def test_files_changed_just_before_the_check_are_not_stamped(tmp_path):
+    """A file written within the racy window may change again without its ctime moving (coarse
+    clock ticks): such an entry is checked in full, and stamped only once its files are older."""
+    entry = _entry(tmp_path)
+    write_record(entry)
+    assert verify_entry_stamped(entry) == [] and not (entry / STAMP).exists()
+
+
+def test_a_bad_entry_is_never_stamped(tmp_path, monkeypatch):
+    monkeypatch.setattr(_integrity, "_RACY_NS", 0)
+    entry = _entry(tmp_path)
+    write_record(entry)
+    (entry / "k.json").write_bytes(b"{}")
+    assert verify_entry_stamped(entry)[0] == "k.json has 2 bytes, recorded 13"
+    assert not (entry / STAMP).exists()
+    assert verify_entry_stamped(entry)[0] == "k.json has 2 bytes, recorded 13"

@@ -240,3 +240,16 @@ def test_import_and_a_plain_warmup_import_no_torch_or_triton():
     )
     result = json.loads(out.stdout)
     assert result == {"import": [], "use": [], "keys": 2}
+
+
+def test_import_warmkit_leaves_entry_point_metadata_for_the_first_scan():
+    """B7: importlib.metadata (and the email package it pulls in) was 20-45 ms of `import warmkit`
+    on the 2-core box; it is imported at the first plugin scan, which an engine may never make."""
+    code = (
+        "import sys, warmkit\n"
+        "print(sorted(m for m in ('importlib.metadata', 'email.message') if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], check=True, capture_output=True, text=True, timeout=120
+    )
+    assert out.stdout.strip() == "[]"

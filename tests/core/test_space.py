@@ -609,3 +609,44 @@ def test_advance_that_grows_too_slowly_is_refused(monkeypatch):
     assert len(IntRange(0, 50, advance=lambda v: v + 1)) == 50
     with pytest.raises(ValueError, match="more than 50 values"):
         IntRange(0, 10**9, advance=lambda v: v + 1)
+
+
+class _Wrong(JitKernel):
+    """dispatch returns a good key, a non-key, an unhashable key or raises, by the value of n."""
+
+    @attrs.frozen
+    class CompileKey:
+        n: Any
+
+    def dispatch(self, *, n, m=0):
+        if n == 1:
+            return (n,)  # not a CompileKey
+        if n == 2:
+            return self.CompileKey([n])  # unhashable
+        if n == 3:
+            raise TypeError("three is not allowed")
+        return self.CompileKey(n)
+
+    def compile(self, key):
+        return key
+
+
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        (1, "dispatch(n=1, m=0) returned (1,), not a _Wrong.CompileKey (a missing return?)"),
+        (2, "dispatch(n=2, m=0) returned _Wrong.CompileKey(n=[2]), which is not hashable"),
+        (3, "dispatch(n=3, m=0) failed: three is not allowed"),
+    ],
+)
+def test_a_point_dispatch_cannot_key_is_named_on_every_expansion_path(bad, message):
+    """The plain keyword loop (B6's inlined fast path) and the general one say the same."""
+    kernel = _Wrong()
+    assert kernel.get_warmup_keys(n=IntRange(4, 6), m=Choices(0, 1)) == [
+        _Wrong.CompileKey(4),
+        _Wrong.CompileKey(5),
+    ]
+    for where in (None, lambda n: True):  # keyword axes only: the plain loop; with where=: not
+        with pytest.raises(TypeError) as info:
+            kernel.get_warmup_keys(n=Choices(4, bad), m=Choices(0, 1), where=where)
+        assert str(info.value).startswith(f"kernel {kernel.name!r}: {message}")

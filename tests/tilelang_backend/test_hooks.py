@@ -145,3 +145,25 @@ def test_warmkit_own_compiles_are_not_reported_twice(tilelang_cache):
     report = warmkit.warmup(warmkit.WarmupConfig(target=AOT_TARGET, progress="off"), reg)
     assert [e.status for e in report.entries] == ["compiled"]
     assert _events() == []
+
+
+def test_disarming_the_monitor_does_not_import_tilelang():
+    """A warmup with monitor="off" disarms it, which uninstalls every loaded backend's hooks: the
+    TileLang backend, loaded by warmkit.prepare()'s plugin scan, must not import TileLang (1.3 s) to
+    remove hooks it never installed."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from warmkit import _plugins, monitor\n"
+        "backend = _plugins.get_backend('tilelang')\n"
+        "monitor.arm('off')\n"
+        "backend.uninstall_monitor()\n"
+        "print('tilelang' in sys.modules, type(backend).__name__)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["False", "TileLangBackend"]

@@ -18,7 +18,8 @@ from warmkit_triton import check_aot_cache
 from warmkit_triton._cache import verify_cache_entry
 
 import warmkit
-from warmkit._integrity import QUARANTINE_DIR, RECORD, verify_cache
+from warmkit import _integrity
+from warmkit._integrity import QUARANTINE_DIR, RECORD, STAMP, verify_cache
 
 from ._kernels import Add
 from .conftest import AOT_TARGET
@@ -80,10 +81,18 @@ def test_a_compiled_entry_is_recorded_and_verifies(triton_cache):
     assert check_aot_cache() == []
 
 
+@pytest.mark.parametrize("stamped", [False, True], ids=["fresh", "stamped"])
 @pytest.mark.parametrize("damage", BREAKS, ids=lambda f: f.__name__.strip("_"))
-def test_a_damaged_entry_is_quarantined_named_and_recompiled(triton_cache, damage, caplog):
+def test_a_damaged_entry_is_quarantined_named_and_recompiled(
+    triton_cache, damage, stamped, caplog, monkeypatch
+):
     _warm()
     entry = _entry(triton_cache)
+    if stamped:  # a warm restart's lookup passed the full check and stamped the entry's stats
+        with monkeypatch.context() as m:
+            m.setattr(_integrity, "_RACY_NS", 0)  # its files are old enough to stamp
+            assert [e.status for e in _warm().entries] == ["cached"]
+        assert (entry / STAMP).is_file()
     damage(entry)
     assert verify_cache(triton_cache, verify_cache_entry).keys() == {str(entry)}
     problems = check_aot_cache()
@@ -130,3 +139,20 @@ def test_cache_verify_cli_names_bad_entries_and_quarantines(triton_cache):
     assert res.returncode == 0 and "1 entr(ies), 0 bad" in res.stdout
     res = cli("--cache-dir", f"nosuch={triton_cache}")
     assert res.returncode == 2 and "'nosuch'" in res.stderr and "triton" in res.stderr
+
+
+def test_a_warm_key_walks_tritons_launch_path_once(triton_cache, monkeypatch):
+    """The fleet's probe for the entry key finds the entry on disk and loads it in the same walk:
+    Triton's binder, specialization and cache key run once per warm key, not twice."""
+    from triton.runtime.jit import JITFunction
+
+    assert [e.status for e in _warm().entries] == ["compiled"]
+    runs = []
+    inner = JITFunction.run
+    monkeypatch.setattr(
+        JITFunction,
+        "run",
+        lambda self, *a, **kw: runs.append(self.__name__) or inner(self, *a, **kw),
+    )
+    assert [e.status for e in _warm().entries] == ["cached"]
+    assert len(runs) == 1, runs

@@ -143,3 +143,25 @@ def test_a_prepare_for_another_target_during_a_warmup_is_checked_by_its_own_warm
         assert "(other)" in api.ptxas_info(90)["version"]
     finally:
         api.forget_ptxas_version()
+
+
+def test_the_setup_leaves_the_driver_alone_while_torch_is_being_imported(monkeypatch):
+    """Choosing Triton's driver imports torch: from the setup thread while the engine imports it too,
+    one of them got a partially initialized torch. The driver waits for a settled torch."""
+    import importlib.machinery
+    import types
+
+    from warmkit_triton import _setup
+    from warmkit_triton import _triton_api as api
+
+    asked = []
+    monkeypatch.setattr(api, "default_driver", lambda: asked.append(1))
+    importing = types.ModuleType("torch")
+    importing.__spec__ = importlib.machinery.ModuleSpec("torch", None)
+    importing.__spec__._initializing = True  # what importlib sets while the module runs
+    monkeypatch.setitem(sys.modules, "torch", importing)
+    _setup.prepare(None)
+    assert asked == []
+    importing.__spec__._initializing = False
+    _setup.prepare(None)
+    assert asked == [1]

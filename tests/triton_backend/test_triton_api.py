@@ -160,6 +160,33 @@ def check_probe_cache_hash(triton_cache: Path) -> None:
         api.drop_device(add_kernel, device)
 
 
+@canary("probe_or_load")
+def check_probe_or_load(triton_cache: Path) -> None:
+    args = (*ARGS[:2], WarmupTensor("float32", (1024,)), ARGS[3])
+    launch = (add_kernel, args, {"BLOCK": 256}, {"num_warps": 4})
+    with aot_driver(AotDriver(parse_target("cuda:90"))):
+        device = api.prepare_function(add_kernel)
+        api.drop_device(add_kernel, device)
+        device = api.prepare_function(add_kernel)
+        asked = []
+        digest, kernel = api.probe_or_load(*launch, lambda d: asked.append(d) or False)
+        assert kernel is None and asked == [digest] and not any(triton_cache.glob("*/*.cubin"))
+        assert not any(c for c in api.kernel_caches(add_kernel))  # cached nothing in memory
+        compiled = api.warmup(*launch)  # writes the entry
+        api.drop_device(add_kernel, device)
+        device = api.prepare_function(add_kernel)
+        again, loaded = api.probe_or_load(*launch, lambda d: True)
+        assert (
+            again
+            == digest
+            == api.compiled_identity(loaded)[0]
+            == api.compiled_identity(compiled)[0]
+        )
+        assert any(loaded in cache.values() for cache in api.kernel_caches(add_kernel))
+        assert api.probe_or_load(*launch, lambda d: True) == (None, None)  # an in-memory hit
+        api.drop_device(add_kernel, device)
+
+
 @canary("cache_is_redirected")
 def check_cache_is_redirected() -> None:
     assert api.cache_is_redirected() is False

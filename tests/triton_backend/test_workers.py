@@ -63,7 +63,9 @@ def test_processes_compile_into_the_shared_cache_and_the_parent_hits(pids, monke
     )
     report = _warmup(_registry([32, 64, 128, 256]), jobs=2)
     assert [e.status for e in report.entries] == ["compiled"] * 4, report.table()
-    assert calls == [("queue", 4), ("cancel", 0)]  # the group queued at once; all of it taken
+    # the group queued at once, at its first cold key; a key whose entry a worker wrote before
+    # the parent reached it is loaded without waiting on its (finished) future
+    assert calls[0] == ("queue", 4) and [c for c, _ in calls] == ["queue", "cancel"]
     workers = _read(pids) - {os.getpid()}
     assert workers, "no key was compiled in a worker process"
     # the parent's own compile of each key found the worker's entry: a second process-free
@@ -195,3 +197,27 @@ def test_a_pool_that_refuses_the_queue_is_a_warning_naming_the_key_and_nothing_i
     assert "tests.WorkerAdd" in message and "block=64" in message and "pool is closing" in message
     pool.answer = ("compiled", 1, 0.0, 0.1)
     assert [workers.compile(item) for item in items[1:]] == ["compiled", "compiled"]  # asked now
+
+
+def test_a_warm_restart_never_starts_nor_waits_for_the_pool(pids, monkeypatch):
+    """The parent probes each key's entry first: only a cold key starts the workers."""
+    monkeypatch.setenv("WARMKIT_COMPILE_PROCESSES", "on")
+    started = []
+    inner = _workers.worker_pool
+    monkeypatch.setattr(
+        _workers, "worker_pool", lambda *a, **kw: started.append(a[2]) or inner(*a, **kw)
+    )
+    blocks = [2048, 4096, 8192]
+    report = _warmup(_registry(blocks[:2]), jobs=2)
+    assert [e.status for e in report.entries] == ["compiled"] * 2 and started == [2]
+    WorkerAdd.clear_executors()  # as a new process: only the disk cache
+    started.clear()
+    pids.unlink(missing_ok=True)
+    report = _warmup(_registry(blocks[:2]), jobs=2)
+    assert [e.status for e in report.entries] == ["cached"] * 2
+    assert started == [] and _read(pids) <= {os.getpid()}
+    # one cold key among warm ones: the pool starts for it, and the warm ones still load here
+    WorkerAdd.clear_executors()
+    report = _warmup(_registry(blocks), jobs=2)
+    assert sorted(e.status for e in report.entries) == ["cached", "cached", "compiled"]
+    assert started == [3]

@@ -65,6 +65,7 @@ from ._cache import (
     verifying,
 )
 from ._kernel import InterpretedExecutor, TritonExecutor, TritonKernel, check_warmup_args
+from ._probe import Loaded, Probed, entry_on_disk, probing
 from ._triton_api import INSTALL_HINT, TritonNotInstalledError, require_triton
 
 __all__ = ["TritonBackend"]
@@ -75,18 +76,6 @@ logger = logging.getLogger(__name__)
 INTERPRETER = "interpreter"
 
 _prep_lock = threading.RLock()
-
-# Set by entry_key(): the compile path runs up to Triton's cache key and stops there.
-_probing: contextvars.ContextVar[bool] = contextvars.ContextVar(
-    "warmkit_triton_probing", default=False
-)
-
-
-class _Probed(Exception):
-    """Carries an entry key (or None: nothing to compile) out of ``compile()``."""
-
-    def __init__(self, digest: str | None) -> None:
-        self.digest = digest
 
 
 class _ContextThreadPool(ThreadPoolExecutor):
@@ -331,6 +320,9 @@ class TritonBackend(_explain.IdentityCapabilities):
 
     def _compile(self, kernel: Any, key: Any, target: str | None) -> Any:
         require_triton()
+        loaded = None if probing.get() is not None else Loaded.take(kernel, key, target)
+        if loaded is not None:
+            return loaded  # entry_key() just walked Triton's launch path and loaded the entry
         if target == INTERPRETER:
             target = None
         tgt = parse_target(target) if target is not None else None
@@ -372,10 +364,17 @@ class TritonBackend(_explain.IdentityCapabilities):
         def call() -> Any:
             return api.warmup(fn, args, kwargs, options)
 
-        if _probing.get():
-            raise _Probed(api.probe_cache_hash(fn, args, kwargs, options))
         if scope is not None:
             scope.fns.add(fn)
+        hashes = probing.get()
+        if hashes is not None:
+            # One walk of the launch path: an entry on disk is loaded now (a verified hit);
+            # otherwise only its hash comes out, and the fleet locks and compiles it.
+            digest, kernel = api.probe_or_load(fn, args, kwargs, options, entry_on_disk)
+            if kernel is None:
+                raise Probed(digest)
+            hashes.append(digest)  # type: ignore[arg-type]  # not None: a kernel was loaded
+            return kernel
         if scope is None or scope.mode is None:
             kernel = call()
         else:
@@ -512,7 +511,11 @@ class TritonBackend(_explain.IdentityCapabilities):
 
         It runs the kernel's own ``JITFunction.warmup`` up to the point where
         Triton has computed the cache key and would compile
-        (``_triton_api.probe_cache_hash``).
+        (``_triton_api.probe_or_load``). When that entry is complete on disk,
+        the same walk loads it (Triton's verified disk hit: nothing is
+        compiled), and the next ``compile(kernel, key, target)`` in this thread
+        returns that result instead of walking Triton's launch path again: a
+        warm key computes its cache identity and loads its entry once.
 
         Returns:
             The hash, or None when it cannot be known here: the variant is
@@ -532,14 +535,19 @@ class TritonBackend(_explain.IdentityCapabilities):
             # An autotuned stack compiles one entry per surviving config and benchmarks them:
             # it has no single entry key (its tuned results are entries of their own).
             return None
-        token = _probing.set(True)
+        Loaded.take(kernel, key, target)  # nothing of an earlier probe is served from here on
+        loaded: list[str] = []
+        token = probing.set(loaded)
         try:
-            self.compile(kernel, key, target)
-        except _Probed as probed:
+            result = self.compile(kernel, key, target)
+        except Probed as probed:
             return probed.digest
         finally:
-            _probing.reset(token)
-        return None
+            probing.reset(token)
+        if not loaded:
+            return None
+        Loaded.put(kernel, key, target, result)
+        return loaded[0]
 
     def entry_dir(self, entry_key: str) -> Path:
         """The directory of entry ``entry_key`` in the Triton cache (the base32 of the hash)."""
@@ -547,7 +555,8 @@ class TritonBackend(_explain.IdentityCapabilities):
 
     def entry_files(self, entry_key: str) -> dict[str, Path] | None:
         """The files of the complete local entry ``entry_key`` (``_cache.complete_entry``), or None."""
-        return complete_entry(self.entry_dir(entry_key))
+        found = Loaded.take_files(entry_key)  # what entry_key()'s probe just found, if this key
+        return found if found is not None else complete_entry(self.entry_dir(entry_key))
 
     def entry_key_of(self, directory: str | os.PathLike[str]) -> str | None:
         """The hash of the entry in ``directory`` (the inverse of ``entry_dir``); None if not one."""

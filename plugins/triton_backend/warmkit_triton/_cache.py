@@ -25,7 +25,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-from warmkit._integrity import quarantine, verify_entry, write_record
+from warmkit._integrity import quarantine, verify_entry_stamped, write_record
 
 from . import _triton_api as api
 from ._aot import AOT_RECORD
@@ -147,8 +147,11 @@ def record_entry(entry: str | os.PathLike[str]) -> None:
 
 
 def _sound(entry: str) -> bool:
-    """Whether an entry may be read as a hit; a bad one is quarantined (with a warning naming it)."""
-    problems = verify_entry(entry, verify_cache_entry)
+    """Whether an entry may be read as a hit; a bad one is quarantined (with a warning naming it).
+
+    An entry unchanged since a full check passed is not hashed again (``verify_entry_stamped``).
+    """
+    problems = verify_entry_stamped(entry, verify_cache_entry)
     if problems:
         quarantine(entry, problems)
         return False

@@ -10,7 +10,8 @@ once before its first Triton cache lookup, not on its keys (``docs/performance.m
 * for a CUDA target: the ptxas lookup (``ptxas --version``), the target check's
   ``ptxas --help``, and the ptxas version every cache key contains (one more
   ``ptxas --version``);
-* with a GPU, Triton's driver (its ``cuda_utils`` module, built with gcc on first use).
+* with a GPU, Triton's driver (its ``cuda_utils`` module, built with gcc on first use),
+  only once torch is imported (choosing the driver imports it: ``_torch_settled``).
 
 :func:`prepare` does them in ``warmkit.prepare()``'s background thread. None of
 them reads the kernels. One reads a setting a warmup reads again later: Triton
@@ -24,7 +25,9 @@ it will compile with.
 
 from __future__ import annotations
 
+import importlib.util
 import logging
+import sys
 import threading
 from typing import Any
 
@@ -57,11 +60,27 @@ def prepare(target: str | None) -> None:
         inputs = api.prime_ptxas_version(arch)
         with _lock:
             _primed[arch] = inputs
-    if not api.interpreting():
+    if not api.interpreting() and _torch_settled():
         try:
             api.default_driver()
         except Exception as exc:  # noqa: BLE001 - no GPU: a device warmup says so per key
             logger.debug("prepare: no Triton driver (%s)", exc)
+
+
+def _torch_settled() -> bool:
+    """Whether choosing Triton's driver here (it imports torch) cannot race the engine's own import.
+
+    Two threads importing torch at once can hand one of them a partially
+    initialized module ("partially initialized module 'torch' has no attribute
+    'Tensor'"): seen when an engine imported torch right after
+    ``warmkit.prepare()``, as the docs say to. So the driver is set up here only
+    when torch is fully imported already, or not installed; otherwise the
+    warmup's first device compile does it, in the warmup's thread.
+    """
+    mod = sys.modules.get("torch")
+    if mod is None:
+        return importlib.util.find_spec("torch") is None
+    return not getattr(getattr(mod, "__spec__", None), "_initializing", False)
 
 
 def check() -> None:

@@ -503,10 +503,24 @@ class _ProbeMode:
     ``JITFunction._do_compile`` computes ``get_cache_key(src, backend, options,
     env_vars)`` (the string ``triton.compile`` hashes) and hands it to the
     active async mode's ``submit(key, compile, finalize[, cleanup])``, before
-    compiling or caching anything.
+    compiling or caching anything. With ``load_if``, a submission whose hash
+    it accepts is run at once instead (``compile`` then finds the entry on
+    disk) and its ``CompiledKernel`` returned, as a synchronous compile would.
     """
 
-    def submit(self, key: str, *_fns: Any) -> Any:
+    def __init__(self, load_if: Callable[[str], bool] | None = None) -> None:
+        self.load_if = load_if
+        self.digest: str | None = None
+
+    def submit(self, key: str, *fns: Any) -> Any:
+        import hashlib
+
+        self.digest = hashlib.sha256(key.encode("utf-8")).hexdigest()
+        if self.load_if is not None and len(fns) >= 2 and self.load_if(self.digest):
+            compile_fn, finalize = fns[0], fns[1]
+            kernel = compile_fn()
+            finalize(kernel)
+            return kernel
         raise _CacheKeyProbe(key)
 
 
@@ -527,6 +541,31 @@ def probe_cache_hash(
         except _CacheKeyProbe as probe:
             return hashlib.sha256(probe.key.encode("utf-8")).hexdigest()
     return None
+
+
+def probe_or_load(
+    fn: Any,
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    options: Mapping[str, Any],
+    load_if: Callable[[str], bool],
+) -> tuple[str | None, Any]:
+    """``(hash, kernel)``: the cache hash :func:`warmup` would write, and the loaded kernel if ``load_if(hash)``.
+
+    One walk of Triton's launch path: when ``load_if`` accepts the hash (its
+    entry is on disk), Triton's ``compile`` runs right there (a disk hit) and
+    the ``CompiledKernel`` is returned, in ``fn``'s in-memory cache as after
+    :func:`warmup`; otherwise nothing is compiled, written or cached and the
+    kernel is None. ``(None, None)``: the variant is already in memory.
+    Checked: 3.6.0, 3.9.0.
+    """
+    mode = _ProbeMode(load_if)
+    with active_async_mode(mode):
+        try:
+            kernel = warmup(fn, args, kwargs, options)
+        except _CacheKeyProbe:
+            return mode.digest, None
+    return mode.digest, kernel if mode.digest is not None else None
 
 
 def is_future(kernel: Any) -> bool:
