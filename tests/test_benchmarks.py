@@ -30,7 +30,13 @@ SCRIPTS = [
 ]
 #: not benchmarks: shared helpers and workloads (synthetic_kernels.py has its own check below);
 #: identity_gpu.py is the lead's H200 proof of pinned identity (needs CUDA and fla-core)
-HELPERS = {"_common.py", "synthetic_kernels.py", "plot_scale.py", "identity_gpu.py", "wheel_deps.py"}
+HELPERS = {
+    "_common.py",
+    "synthetic_kernels.py",
+    "plot_scale.py",
+    "identity_gpu.py",
+    "wheel_deps.py",
+}
 
 
 def test_every_script_is_smoke_tested():

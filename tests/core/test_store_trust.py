@@ -363,7 +363,9 @@ def test_a_password_is_never_shown_in_a_config_error():
     assert "hunter2" not in str(info.value) and "***" in str(info.value)
 
 
-@pytest.mark.parametrize("listed", [{"k.cubin": "x"}, {"k.cubin": {"sha256": "ab"}}, {"k.cubin": 3}])
+@pytest.mark.parametrize(
+    "listed", [{"k.cubin": "x"}, {"k.cubin": {"sha256": "ab"}}, {"k.cubin": 3}]
+)
 def test_a_manifest_whose_file_records_are_malformed_is_refused_not_raised(listed):
     meta = entry_meta("triton/abc", FILES) | {"files": listed}
     (problem,) = verify_entry(StoredEntry("triton/abc", FILES, meta))

@@ -293,9 +293,8 @@ class TritonBackend(_explain.IdentityCapabilities):
     def compile(self, kernel: Any, key: Any, target: str | None) -> Any:
         """Compile ``key`` of a ``TritonKernel`` for ``target``; return its executor.
 
-        Ahead of time, a key whose manifest pins its identity (``_pins``)
-        compiles with the pinned global values, or is refused naming what
-        differs (``PinMismatchError``).
+        Ahead of time, a key with pinned identity (``_pins``) compiles with the
+        pinned globals, or is refused naming what differs (``PinMismatchError``).
 
         Args:
             kernel: a ``TritonKernel`` instance.
@@ -305,8 +304,7 @@ class TritonBackend(_explain.IdentityCapabilities):
 
         Returns:
             A :class:`TritonExecutor` (device mode), an :class:`AotArtifact`
-            (ahead of time), or an ``InterpretedExecutor`` under
-            ``TRITON_INTERPRET=1``.
+            (ahead of time), or an ``InterpretedExecutor`` (``TRITON_INTERPRET=1``).
 
         Raises:
             TritonNotInstalledError: Triton is missing (with the install hint).
@@ -511,11 +509,8 @@ class TritonBackend(_explain.IdentityCapabilities):
 
         It runs the kernel's own ``JITFunction.warmup`` up to the point where
         Triton has computed the cache key and would compile
-        (``_triton_api.probe_or_load``). When that entry is complete on disk,
-        the same walk loads it (Triton's verified disk hit: nothing is
-        compiled), and the next ``compile(kernel, key, target)`` in this thread
-        returns that result instead of walking Triton's launch path again: a
-        warm key computes its cache identity and loads its entry once.
+        (``_triton_api.probe_or_load``); an entry complete on disk is loaded by
+        the same walk, and the thread's next ``compile`` of the key returns it.
 
         Returns:
             The hash, or None when it cannot be known here: the variant is
@@ -562,9 +557,7 @@ class TritonBackend(_explain.IdentityCapabilities):
         """The hash of the entry in ``directory`` (the inverse of ``entry_dir``); None if not one."""
         return entry_hash(directory)
 
-    def entry_file_allowed(self, name: str) -> bool:
-        """Whether a Triton cache entry holds files named ``name`` (``_cache.entry_file_allowed``)."""
-        return entry_file_allowed(name)
+    entry_file_allowed = staticmethod(entry_file_allowed)  # which names an entry may hold
 
     def entry_info(self, directory: str | os.PathLike[str]) -> dict[str, Any]:
         """What ``warmkit cache info`` shows of an entry: kernel, target, why stale (``_aot.describe_entry``)."""
