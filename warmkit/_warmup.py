@@ -20,13 +20,14 @@ from typing import Any
 from . import _envs, _memo, metrics, monitor
 from ._backend import CanonicalTargets, reported_tuning
 from ._compat import ast_parse_serialized, known_frozen, process_froze_objects
-from ._config import WarmupConfig
+from ._config import WarmupConfig, warn_unapplied
 from ._exceptions import BackendUnavailableError, WarmupError
 from ._prepare import join as join_setup
 from ._record import resolve_recorded, start_recording
 from ._registry import _gc_paused
 from ._report import ReportEntry, WarmupReport
-from ._runner import CANCELLED, NOT_ATTEMPTED, run
+from ._runner import ABANDONED, CANCELLED, NOT_ATTEMPTED, run
+from ._workers import interrupted
 
 __all__ = ["warmup"]
 
@@ -118,7 +119,8 @@ def _warmup(
 ) -> WarmupReport:
     from ._registry import active_registry, default_registry
 
-    config = config if config is not None else WarmupConfig.from_env()
+    # an explicit config that ignores set WARMKIT_* variables: one WARNING naming them
+    config = WarmupConfig.from_env() if config is None else warn_unapplied(config)
     if not config.enabled:
         logger.info("warmkit warmup disabled")
         return WarmupReport(enabled=False)
@@ -424,8 +426,11 @@ class _Run:
         self.fleet: Any = None
         self.setup_failures: dict[str, BaseException] = {}
         self.keep: Callable[[bool], None] = lambda collect=True: None  # see _kept_out_of_gc
+        self.restore_sigint: Callable[[], None] | None = None  # set by a Ctrl-C (_workers)
 
     def close(self) -> None:
+        if self.restore_sigint is not None:
+            self.restore_sigint()
         if self._bar is not None:
             self._bar.update(self._unshown)
             self._bar.close()
@@ -516,7 +521,7 @@ class _Run:
         if backend_name is not None:
             from ._workers import worker_pool
 
-            self._procs = worker_pool(backend, target, len(items), workers)
+            self._procs = worker_pool(backend, target, len(items), workers, self.config)
         if self._procs is not None:
             self._procs.queue_all(items, lambda kernel, key: self._loaded(kernel, key, target))
         try:
@@ -592,10 +597,10 @@ class _Run:
         def timed_out(item: tuple[Any, Any], seconds: float) -> None:
             kernel, key = item
             limit = self.config.compile_timeout
+            fate = ABANDONED if self._procs is None else self._procs.abandon(item)
             exc = TimeoutError(
                 f"compile of kernel {type(kernel).name!r} key {key!r} exceeded compile_timeout="
-                f"{limit:g}s (WARMKIT_COMPILE_TIMEOUT); its thread was abandoned: the compile runs "
-                "on until it returns and its result is discarded"
+                f"{limit:g}s (WARMKIT_COMPILE_TIMEOUT); {fate}"
             )
             finished(
                 item,
@@ -621,6 +626,7 @@ class _Run:
                     finished(item, one(item))
                 except KeyboardInterrupt:
                     self.cancelled = True
+                    self.restore_sigint = interrupted(self._procs, self.restore_sigint)
                     for item in items[n:]:
                         skipped(item, CANCELLED)
                     raise
@@ -637,19 +643,8 @@ class _Run:
             )
         except KeyboardInterrupt:
             self.cancelled = True
+            self.restore_sigint = interrupted(self._procs, self.restore_sigint)
             raise
-
-
-def _in_context(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Run ``fn`` in a copy of the submitting thread's context (target, allow(), registry)."""
-    import contextvars
-
-    ctx = contextvars.copy_context()
-
-    def run(*args: Any) -> Any:
-        return ctx.copy().run(fn, *args)
-
-    return run
 
 
 def _prepare_backend(
