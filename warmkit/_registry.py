@@ -370,6 +370,7 @@ class WarmupRegistry:
     ) -> WarmupRegistry:
         # keep: data was just read from a file, so recorded entries may keep their parsed specs;
         # entries: its recorded section, already read and checked (read_manifest)
+        from ._manifest_modules import check_kernel_ref
         from ._plugins import load_kernel
 
         if not isinstance(data, dict) or data.get("format") != MANIFEST_FORMAT:
@@ -414,6 +415,7 @@ class WarmupRegistry:
                 ref = entry["kernel"]
                 kernel_cls = classes.get(ref)
                 if kernel_cls is None:
+                    check_kernel_ref(ref, path)  # a manifest names code: where may it come from
                     kernel_cls = classes[ref] = load_kernel(ref)
                 if "points" in entry:  # version 2: rows of points, a registration each
                     names = entry["points"]["names"]

@@ -115,10 +115,14 @@ def test_version_lists_plugins(capsys, fake_backend):
 def test_plan_json_gives_keys_per_kernel(capsys, manifest):
     code, out, _err = run(capsys, "plan", str(manifest), "--json")
     assert code == 0
-    assert json.loads(out) == {
+    planned = json.loads(out)
+    modules = planned.pop("modules")  # what loading the manifest imported (a manifest names code)
+    assert planned == {
         PyKernel.name: [repr(P(n, f)) for n in (1, 2) for f in (False, True)],
         "tests.other": [repr(OtherKernel.CompileKey(m)) for m in range(3)],
     }
+    assert [m["module"] for m in modules] == [PyKernel.__module__]
+    assert modules[0]["file"] == sys.modules[PyKernel.__module__].__file__
     assert _kernels.COMPILES == []
 
 
