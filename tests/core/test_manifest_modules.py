@@ -68,7 +68,7 @@ def _cli(env, cwd, *args):
 
 
 def test_the_cli_refuses_a_module_from_the_current_directory_before_it_runs(planted):
-    tmp, manifest, env = planted
+    tmp, _manifest, env = planted
     out = _cli(env, tmp, "plan", "m.json")
     assert out.returncode == 2, out.stderr
     assert not (tmp / "RAN").exists()  # refused before the import: none of its code ran
@@ -80,7 +80,7 @@ def test_the_cli_refuses_a_module_from_the_current_directory_before_it_runs(plan
 
 
 def test_any_allows_it_and_plan_lists_each_module_with_its_distribution(planted):
-    tmp, manifest, env = planted
+    tmp, _manifest, env = planted
     out = _cli(env, tmp, "plan", "m.json", "--manifest-modules", "any")
     assert out.returncode == 0, out.stderr
     assert (tmp / "RAN").exists()
