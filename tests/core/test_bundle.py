@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import io
 import json
 import os
@@ -652,3 +653,46 @@ def test_install_cache_dirs_naming_a_backend_not_in_the_bundle_is_an_error(site,
     with pytest.raises(ValueError, match=r"'tilelang', which has no entries.*fakebundle"):
         warmkit.install_bundle(bundle, cache_dirs={"tilelang": tmp_path / "x"})
     assert entries(BundleBackend.root) == set()
+
+
+@pytest.mark.parametrize(
+    "err,words",
+    [
+        (errno.ENOSPC, "the disk is full (ENOSPC)"),
+        (errno.EFBIG, "larger than its filesystem or a limit allows (EFBIG)"),
+    ],
+)
+def test_a_write_error_of_this_host_is_named_with_its_path_not_a_truncated_bundle(
+    site, bundle, monkeypatch, err, words
+):
+    import builtins
+
+    from warmkit import _bundle
+
+    written = []
+
+    def failing_open(file, mode="r", *args, **kwargs):
+        f = builtins.open(file, mode, *args, **kwargs)  # noqa: SIM115 -- closed by the wrapper
+        if "w" not in mode:
+            return f
+
+        class Full:
+            def __enter__(self):
+                return self
+
+            def __exit__(self, *exc):
+                f.close()
+
+            def write(self, data):
+                written.append(str(file))
+                raise OSError(err, os.strerror(err))
+
+        return Full()
+
+    monkeypatch.setattr(_bundle, "open", failing_open, raising=False)
+    with pytest.raises(BundleError) as info:
+        warmkit.install_bundle(bundle)
+    message = str(info.value)
+    assert words in message and "truncated" not in message
+    assert f"writing {written[0]} failed" in message and "free space" in message
+    assert entries(BundleBackend.root) == set() and hidden(BundleBackend.root) == []
