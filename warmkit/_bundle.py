@@ -313,13 +313,15 @@ def _prepare(name: str, backend: Any, dest: Path, expected: dict[str, Any]) -> s
     The entries are published and sound either way: what preparing builds,
     the runtime builds at its first load instead, so the install stands.
     """
+    from ._plugins import call_hook
+
     entries = sorted({PurePosixPath(r).parts[0] for r in expected})
     try:
-        summary = backend.prepare_entries(dest, entries)
+        summary = call_hook(name, "prepare_entries", backend.prepare_entries, dest, entries)
     except Exception as exc:  # noqa: BLE001 - a plugin's failure is reported, never hidden
         summary = (
-            f"not prepared: {type(exc).__name__}: {exc} (the runtime builds what is missing "
-            "at its first load of each entry)"
+            f"not prepared: {exc} (the runtime builds what is missing at its first load of "
+            "each entry)"
         )
         logger.warning("bundle install: backend %r: %s", name, summary)
         return summary

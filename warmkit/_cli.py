@@ -175,7 +175,7 @@ def _plan_modules(registry: Any) -> list[Any]:
 def _tuning_notes(registry: Any, target: str | None) -> dict[tuple[str, str], str]:
     """(kernel, repr(key)) -> what its backend says about tuning (autotuned keys only)."""
     from ._backend import TuningPlan
-    from ._plugins import get_backend
+    from ._plugins import call_hook, get_backend
 
     out: dict[tuple[str, str], str] = {}
     for name, (kernel, keys) in registry.resolve().items():
@@ -188,7 +188,10 @@ def _tuning_notes(registry: Any, target: str | None) -> dict[tuple[str, str], st
             logger.debug("plan: no tuning notes for %s (backend %s: %s)", name, backend_name, exc)
             continue
         if isinstance(backend, TuningPlan):
-            for key, note in backend.tuning_plan(kernel, keys, target).items():
+            notes = call_hook(
+                backend_name, "tuning_plan", backend.tuning_plan, kernel, keys, target
+            )
+            for key, note in notes.items():
                 out[(name, repr(key))] = note
     return out
 

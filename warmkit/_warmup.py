@@ -14,7 +14,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import nullcontext
 from typing import Any
 
 from . import _envs, _memo, metrics, monitor
@@ -488,10 +487,12 @@ class _Run:
                 self._unrun(item, backend_name, "skipped", reason)
             return
         target = self.config.target
-        scope = None
+        scope = contextlib.ExitStack()  # the backend's compile_scope, entered here (its errors)
         backend = None
         workers = self.jobs
         if backend_name is not None:
+            from ._plugins import call_hook
+
             try:
                 backend, target = _prepare_backend(backend_name, items, target)
                 failure = self.setup_failures.pop(backend_name, None)
@@ -503,14 +504,15 @@ class _Run:
                     self.aborted = True
                 return
             try:
-                par = _plugin_call(backend_name, backend.parallelism, target)
+                par = _plugin_call(backend_name, backend, "parallelism", target)
                 if isinstance(par, bool) or not isinstance(par, int) or par < 1:
                     raise TypeError(
                         f"backend plugin {backend_name!r}: parallelism({target!r}) returned "
                         f"{par!r}, not a positive int; fix the plugin"
                     )
                 workers = min(self.jobs, par)
-                scope = _plugin_call(backend_name, backend.compile_scope, target, workers)
+                entered = _plugin_call(backend_name, backend, "compile_scope", target, workers)
+                call_hook(backend_name, "compile_scope", scope.enter_context, entered)
             except Exception as exc:  # noqa: BLE001 -- reported as this backend's keys' failure
                 self._fail_all(items, backend_name, exc)
                 if self.config.on_error == "raise":
@@ -527,7 +529,7 @@ class _Run:
         try:
             # One compile_scope for the group's keys, the runner's threads included (a scope
             # per key cost ~1 us); a key's _warmkit_compile finds it set.
-            with scope if scope is not None else nullcontext(), monitor.compile_scope(target):
+            with scope, monitor.compile_scope(target):
                 self._compile(backend_name, backend, items, target, workers)
         finally:
             if self._procs is not None:
@@ -654,7 +656,7 @@ def _prepare_backend(
 
     kernel_name = type(items[0][0]).name
     backend = get_backend(name, kernel=kernel_name)
-    status = _plugin_call(name, backend.available)
+    status = _plugin_call(name, backend, "available")
     from ._backend import BackendStatus
 
     if not isinstance(status, BackendStatus):
@@ -666,9 +668,9 @@ def _prepare_backend(
         raise BackendUnavailableError(
             name, status.reason, kernel=kernel_name, install_hint=status.install_hint
         )
-    device = _plugin_call(name, backend.default_target)
+    device = _plugin_call(name, backend, "default_target")
     if target is not None and isinstance(backend, CanonicalTargets):
-        target = backend.canonical_target(target)  # "sm_90" and "cuda:90" are one target
+        target = _plugin_call(name, backend, "canonical_target", target)  # sm_90 == cuda:90
     if target is not None and target == device:
         target = None  # the local device: share the runtime's executor cache
     # With no device and no target, the backend's compile() says what to do: only it
@@ -676,16 +678,11 @@ def _prepare_backend(
     return backend, target
 
 
-def _plugin_call(name: str | None, method: Callable[..., Any], *args: Any) -> Any:
-    """``method(*args)`` of a backend; an exception says which plugin raised it (PEP 678 note)."""
-    try:
-        return method(*args)
-    except Exception as exc:
-        exc.add_note(
-            f"warmkit: raised by backend plugin {name!r} "
-            f"({method.__module__}.{method.__qualname__})"
-        )
-        raise
+def _plugin_call(name: str | None, backend: Any, hook: str, *args: Any) -> Any:
+    """``backend.<hook>(*args)``; its own error is a ``PluginError`` naming plugin and hook."""
+    from ._plugins import call_hook
+
+    return call_hook(name, hook, getattr(backend, hook), *args)
 
 
 def check_target(target: str | None, backends: Sequence[str]) -> None:

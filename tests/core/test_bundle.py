@@ -193,6 +193,7 @@ def test_a_failed_prepare_is_reported_and_the_install_stands(site, bundle, caplo
     assert len(res.installed) == 6  # the entries are published and sound
     what = res.prepared["fakebundle"]
     assert what.startswith("not prepared: RuntimeError: gcc not found")
+    assert "raised by backend plugin 'fakebundle' in its prepare_entries() hook" in what
     assert any(
         "'fakebundle'" in r.getMessage() and "gcc not found" in r.getMessage()
         for r in caplog.records

@@ -334,3 +334,21 @@ def test_a_closed_pipe_exits_0_quietly(manifest):
         ["bash", "-c", script], capture_output=True, text=True, timeout=120, check=False, env=_env()
     )
     assert "rc=0" in res.stdout and "Traceback" not in res.stderr and res.stderr == ""
+
+
+def test_plan_names_the_plugin_whose_tuning_plan_raises_in_one_line(
+    capsys, fake_backend, tmp_path, monkeypatch
+):
+    from ._kernels import FakeBackend, ScaleKernel
+
+    def tuning_plan(self, kernel, keys, target):
+        raise IndexError("autotune table")
+
+    monkeypatch.setattr(FakeBackend, "tuning_plan", tuning_plan, raising=False)
+    reg = WarmupRegistry()
+    reg.add(ScaleKernel, n=[1])
+    code, _out, err = run(capsys, "plan", str(reg.save(tmp_path / "m.json")))
+    assert code == 1
+    line = one_line(err)
+    assert line.startswith("warmkit: error: PluginError: IndexError: autotune table (raised")
+    assert "raised by backend plugin 'fake' in its tuning_plan() hook" in line
