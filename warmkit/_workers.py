@@ -78,6 +78,8 @@ _WORKER_NAME = "pebble_pool_worker"
 
 _lock = threading.Lock()
 _pool: Any = None
+#: Pools a larger one replaced (start_workers): closed, stopped by shutdown() if still running.
+_retired: list[Any] = []
 _pool_size = 0
 _atexit_registered = False
 
@@ -212,7 +214,8 @@ def start_workers(jobs: int | None = None, modules: list[str] | None = None) -> 
         if _pool is not None and _pool_size >= size:
             return _pool_size
         if _pool is not None:
-            _pool.close()
+            _pool.close()  # it ends once its running tasks end ...
+            _retired.append(_pool)  # ... or at shutdown(), whatever they do
         _pool = ProcessPool(
             max_workers=size,
             initializer=_initializer,
@@ -280,8 +283,10 @@ def shutdown() -> None:
     """
     global _pool, _pool_size
     with _lock:
-        pool, _pool, _pool_size = _pool, None, 0
-    if pool is not None:
+        pools = [p for p in (*_retired, _pool) if p is not None]
+        _pool, _pool_size = None, 0
+        _retired.clear()
+    for pool in pools:
         _stop_pool(pool)
 
 

@@ -196,3 +196,26 @@ def test_a_second_ctrl_c_exits_at_once_and_leaves_no_worker(tmp_path):
     workers = {int(p) for p in (tmp_path / "pids").read_text().split()}
     workers |= {pid for pid, _, _ in read_log(tmp_path / "log")}
     assert not _wait_gone(workers, 5.0), "a worker process outlived the process"
+
+
+def test_a_pool_replaced_by_a_larger_one_is_stopped_at_shutdown_even_with_a_stuck_worker(procs):
+    import pickle
+
+    stuck = _workers._pool.schedule(
+        _workers._compile_in_worker,
+        args=(
+            "core._proc_kernels:ProcKernel",
+            pickle.dumps(ProcKernel.CompileKey("ignore_term", 7)),
+            "cpu",
+            dict(os.environ),
+        ),
+    )
+    deadline = time.monotonic() + 60
+    while not read_log(procs) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    (pid, _, _), *_ = read_log(procs)
+    _workers.start_workers(6, modules=[])  # the 4-worker pool is closed, its task runs on
+    assert _alive(pid)
+    _workers.shutdown()  # at exit: multiprocessing would otherwise wait for that worker forever
+    assert not _alive(pid) and not _spawned_children()
+    assert stuck.done() or stuck.cancel()
