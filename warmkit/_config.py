@@ -13,7 +13,7 @@ import attrs
 
 from . import _envs
 
-__all__ = ["ENV_FIELDS", "WarmupConfig", "unapplied_variables", "warn_unapplied"]
+__all__ = ["ENV_FIELDS", "WarmupConfig", "deliberate", "unapplied_variables", "warn_unapplied"]
 
 logger = logging.getLogger(__name__)
 
@@ -134,15 +134,25 @@ class WarmupConfig:
         values = {field: _envs.get(name) for field, name in ENV_FIELDS.items()}
         values.update(overrides)
         config = cls(**values)
-        _from_env.add(config)
-        return config
+        return deliberate(config)
 
 
-#: Configs ``from_env`` made: their overrides are the caller's choice, never a trap.
-_from_env: weakref.WeakSet[WarmupConfig] = weakref.WeakSet()
+#: Configs ``from_env`` made, or warmkit's own (``deliberate``): never a trap.
+_deliberate: weakref.WeakSet[WarmupConfig] = weakref.WeakSet()
 #: The sets of unapplied variables already warned about: one warning each per process.
 _warned: set[tuple[str, ...]] = set()
 _warned_lock = threading.Lock()
+
+
+def deliberate(config: WarmupConfig) -> WarmupConfig:
+    """Mark ``config`` as one whose ignored ``WARMKIT_*`` variables are meant: no warning.
+
+    ``from_env`` marks what it makes (its overrides are the caller's choice);
+    warmkit marks its own configs that ignore variables on purpose
+    (``warmkit bundle build`` never uses the store, the monitor or a recording).
+    """
+    _deliberate.add(config)
+    return config
 
 
 def unapplied_variables(config: WarmupConfig) -> tuple[str, ...]:
@@ -152,7 +162,7 @@ def unapplied_variables(config: WarmupConfig) -> tuple[str, ...]:
     and the config's field differs from what ``WarmupConfig.from_env`` would
     read from it. A config ``from_env`` made is never one that ignores them.
     """
-    if config in _from_env:
+    if config in _deliberate:
         return ()
     fields = attrs.fields_dict(WarmupConfig)
     names = []

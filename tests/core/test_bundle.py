@@ -697,3 +697,15 @@ def test_a_write_error_of_this_host_is_named_with_its_path_not_a_truncated_bundl
     assert words in message and "truncated" not in message
     assert f"writing {written[0]} failed" in message and "free space" in message
     assert entries(BundleBackend.root) == set() and hidden(BundleBackend.root) == []
+
+
+def test_a_build_ignores_warmkit_variables_on_purpose_without_a_warning(
+    site, reg, tmp_path, monkeypatch, caplog
+):
+    from warmkit import _config
+
+    monkeypatch.setattr(_config, "_warned", set())
+    monkeypatch.setenv("WARMKIT_MONITOR", "error")  # a build never arms the monitor
+    with caplog.at_level("WARNING"):
+        warmkit.build_bundle(reg, tmp_path / "b.wkb", target=TARGET, progress="off")
+    assert not [r for r in caplog.records if "not applied" in r.getMessage()]
