@@ -504,14 +504,16 @@ class _Run:
                     self.aborted = True
                 return
             try:
-                par = _plugin_call(backend_name, backend, "parallelism", target)
+                par = _plugin_call(backend_name, "parallelism", backend.parallelism, target)
                 if isinstance(par, bool) or not isinstance(par, int) or par < 1:
                     raise TypeError(
                         f"backend plugin {backend_name!r}: parallelism({target!r}) returned "
                         f"{par!r}, not a positive int; fix the plugin"
                     )
                 workers = min(self.jobs, par)
-                entered = _plugin_call(backend_name, backend, "compile_scope", target, workers)
+                entered = _plugin_call(
+                    backend_name, "compile_scope", backend.compile_scope, target, workers
+                )
                 call_hook(backend_name, "compile_scope", scope.enter_context, entered)
             except Exception as exc:  # noqa: BLE001 -- reported as this backend's keys' failure
                 self._fail_all(items, backend_name, exc)
@@ -656,7 +658,7 @@ def _prepare_backend(
 
     kernel_name = type(items[0][0]).name
     backend = get_backend(name, kernel=kernel_name)
-    status = _plugin_call(name, backend, "available")
+    status = _plugin_call(name, "available", backend.available)
     from ._backend import BackendStatus
 
     if not isinstance(status, BackendStatus):
@@ -668,9 +670,11 @@ def _prepare_backend(
         raise BackendUnavailableError(
             name, status.reason, kernel=kernel_name, install_hint=status.install_hint
         )
-    device = _plugin_call(name, backend, "default_target")
+    device = _plugin_call(name, "default_target", backend.default_target)
     if target is not None and isinstance(backend, CanonicalTargets):
-        target = _plugin_call(name, backend, "canonical_target", target)  # sm_90 == cuda:90
+        target = _plugin_call(
+            name, "canonical_target", backend.canonical_target, target
+        )  # sm_90 == cuda:90
     if target is not None and target == device:
         target = None  # the local device: share the runtime's executor cache
     # With no device and no target, the backend's compile() says what to do: only it
@@ -678,11 +682,11 @@ def _prepare_backend(
     return backend, target
 
 
-def _plugin_call(name: str | None, backend: Any, hook: str, *args: Any) -> Any:
-    """``backend.<hook>(*args)``; its own error is a ``PluginError`` naming plugin and hook."""
+def _plugin_call(name: str | None, hook: str, method: Callable[..., Any], *args: Any) -> Any:
+    """``method(*args)``, a backend's ``hook``; its own error is a ``PluginError`` naming both."""
     from ._plugins import call_hook
 
-    return call_hook(name, hook, getattr(backend, hook), *args)
+    return call_hook(name, hook, method, *args)
 
 
 def check_target(target: str | None, backends: Sequence[str]) -> None:
