@@ -1014,3 +1014,16 @@ def test_a_compile_scope_that_raises_on_entry_is_a_plugin_error(fake_backend, mo
     )
     assert "in its compile_scope() hook" in failures[0].error
     assert "no device nodes" in failures[0].error
+
+
+def test_an_error_from_specializations_in_coverage_is_a_plugin_error(fake_backend, monkeypatch):
+    from warmkit._coverage import coverage
+
+    def specializations(self, kernel, keys, target):
+        raise AttributeError("no specializer")
+
+    monkeypatch.setattr(FakeBackend, "specializations", specializations, raising=False)
+    with pytest.raises(warmkit.PluginError) as info:
+        coverage(reg_of((ScaleKernel, {"n": [1]})), [], target="fake:1")
+    assert info.value.plugin == "fake" and info.value.hook == "specializations"
+    assert "in its specializations() hook" in str(info.value) and "no specializer" in str(info.value)
