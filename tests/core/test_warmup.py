@@ -1026,4 +1026,6 @@ def test_an_error_from_specializations_in_coverage_is_a_plugin_error(fake_backen
     with pytest.raises(warmkit.PluginError) as info:
         coverage(reg_of((ScaleKernel, {"n": [1]})), [], target="fake:1")
     assert info.value.plugin == "fake" and info.value.hook == "specializations"
-    assert "in its specializations() hook" in str(info.value) and "no specializer" in str(info.value)
+    assert "in its specializations() hook" in str(info.value) and "no specializer" in str(
+        info.value
+    )
