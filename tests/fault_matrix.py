@@ -1050,6 +1050,7 @@ def main() -> int:
         ),
     )
 
+    _worker_and_config_cases(case, e, m)
     if not args.only or "store" in args.only:  # it starts a redis-server and seeds it
         store_cases(case, tmp)
 
@@ -1058,6 +1059,149 @@ def main() -> int:
     if args.out:
         Path(args.out).write_text(json.dumps({"cases": results, "counts": counts}, indent=2))
     return 1 if counts["silent"] or counts["hang"] or counts["raw traceback"] else 0
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def _proc_sigint(e: Env, twice: bool) -> tuple[str, str]:
+    """Ctrl-C (once, or twice with a clean-up that hangs) with 4 worker processes stuck, 2 of them
+    ignoring SIGTERM (``core._sigint_proc_child``): exit 130 within 2 s, no key started after the
+    signal, no worker left."""
+    out_dir = Path(tempfile.mkdtemp(dir=e.root))
+    p = subprocess.Popen(
+        [sys.executable, "-m", "core._sigint_proc_child", str(out_dir), *(["stuck-scope"] * twice)],
+        cwd=e.root,
+        env=e.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # noqa: PLW1509
+    )
+    log = out_dir / "log"
+    deadline = time.monotonic() + 120
+    while (
+        not log.exists() or len(log.read_text().split("\n")) < 5
+    ) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    p.send_signal(signal.SIGINT)
+    if twice:
+        time.sleep(0.5)
+        p.send_signal(signal.SIGINT)
+    t0 = time.monotonic()
+    try:
+        out, errs = p.communicate(timeout=20)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        return "hang", "no exit 20 s after SIGINT"
+    took = time.monotonic() - t0
+    pids = {int(x) for x in (out_dir / "pids").read_text().split()}
+    pids |= {int(line.split()[0]) for line in log.read_text().splitlines()}
+    started_after = [
+        line for line in log.read_text().splitlines() if float(line.split()[2]) > t0 - 0.05
+    ]
+    time.sleep(0.5)
+    left = sorted(pid for pid in pids if _alive(pid))
+    if left:
+        return "silent", f"worker process(es) {left} outlived the warmup"
+    if started_after:
+        return "silent", f"{len(started_after)} key(s) started after SIGINT"
+    words = ["second Ctrl-C"] if twice else ["cancelled"]
+    r = classify((p.returncode, out, errs), expect="error", words=words, codes=[130])
+    if r[0] == "clear error" and took > 2.0:
+        return "vague", f"exit {took:.1f}s after SIGINT"
+    return r[0], f"{r[1]} ({took:.2f}s after SIGINT)"
+
+
+_PROC_TIMEOUT = """
+import os, sys, warmkit
+from warmkit import _workers
+from warmkit.testing import backend_override
+from core._proc_kernels import ProcBackend, ProcKernel
+os.environ["WARMKIT_COMPILE_PROCESSES"] = "on"
+_workers.start_workers(4, modules=[])
+while len({f.result() for f in [_workers._pool.schedule(_workers._ping) for _ in range(8)]}) < 4:
+    pass
+reg = warmkit.WarmupRegistry()
+reg.add(ProcKernel, mode="ok", n=[0, 1, 2, 3])
+reg.add(ProcKernel, mode=sys.argv[1], n=[0])
+with backend_override("fakeproc", ProcBackend()):
+    try:
+        warmkit.warmup(warmkit.WarmupConfig(progress="off", monitor="off", jobs=4,
+                       compile_timeout=1.0, on_error="collect"), reg)
+    except warmkit.WarmupError as exc:
+        for e in exc.report.failures:
+            print(e.error, file=sys.stderr)
+        print("statuses", sorted(e.status for e in exc.report.entries), file=sys.stderr)
+        sys.exit(1)
+"""
+
+
+def _worker_and_config_cases(case: Callable[..., None], e: Env, m: Path) -> None:
+    """Worker processes always stop; set-but-ignored variables; a manifest that brings code."""
+    for mode in ("hang", "sleep", "ignore_term", "segv"):
+        words = ["exit code -11"] if mode == "segv" else ["worker process was killed"]
+        case(
+            f"worker process: a compile that {mode}s (compile_timeout=1)",
+            lambda mode=mode, words=words: classify(
+                e.run([sys.executable, "-c", _PROC_TIMEOUT, mode], timeout=90),
+                expect="error",
+                words=[*words, f"mode='{mode}'", "'compiled', 'compiled', 'compiled', 'compiled'"],
+                codes=[1],
+            ),
+        )
+    case("worker processes: Ctrl-C with stuck workers", lambda: _proc_sigint(e, twice=False))
+    case("worker processes: a second Ctrl-C", lambda: _proc_sigint(e, twice=True))
+    case(
+        "WARMKIT_STORE set, explicit WarmupConfig",
+        lambda: classify(
+            e.py(
+                "import warmkit, logging, sys\nlogging.basicConfig()\n"
+                "warmkit.warmup(warmkit.WarmupConfig(progress='off'), warmkit.WarmupRegistry())\n"
+                "sys.exit(1)",
+                env={"WARMKIT_STORE": str(e.root / "store"), "WARMKIT_READ_ONLY": "1"},
+            ),
+            expect="error",
+            words=["WARMKIT_STORE", "WARMKIT_READ_ONLY", "not applied", "WarmupConfig.from_env("],
+            codes=[1],
+        ),
+    )
+    cwd_mod = Path(tempfile.mkdtemp(dir=e.root))
+    (cwd_mod / "planted.py").write_text(
+        "import pathlib, warmkit\npathlib.Path('RAN').write_text('x')\nfrom slow import Slow as K\n"
+    )
+    planted = cwd_mod / "planted.json"
+    planted.write_text(
+        json.dumps(
+            {
+                "format": "warmkit.manifest",
+                "version": 1,
+                "registrations": [{"kernel": "planted:K", "space": {"n": 1}}],
+            }
+        )
+    )
+
+    def planted_module() -> tuple[str, str]:
+        env = e.env | {"PYTHONPATH": str(TESTS) + os.pathsep + str(e.root)}
+        p = subprocess.run(
+            [sys.executable, "-m", "warmkit", "plan", "planted.json"],
+            cwd=cwd_mod, env=env, capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        if (cwd_mod / "RAN").exists():
+            return "silent", "the manifest's module in the current directory ran"
+        return classify(
+            (p.returncode, p.stdout, p.stderr),
+            expect="error",
+            words=["planted", "current directory", "WARMKIT_MANIFEST_MODULES=any"],
+            codes=[2],
+        )
+
+    case("manifest naming a module in the current directory", planted_module)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ from typing import Any
 from . import _signing
 from ._backend import TunedResults, entry_check
 from ._bundle import _META, BUNDLE_FORMAT, BUNDLE_VERSION, _bundle_backend
-from ._config import WarmupConfig
+from ._config import WarmupConfig, deliberate
 from ._exceptions import BundleError
 from ._integrity import iter_entries, sha256_file, verify_entry
 from ._record import resolve_recorded
@@ -102,7 +102,10 @@ def build_bundle(
             for cls in classes.values():
                 cls.clear_executors()  # in-memory executors would skip the cache
             report = warmup(
-                WarmupConfig(target=target, jobs=jobs, monitor="off", progress=progress),
+                # WARMKIT_STORE, _RECORD, _MONITOR ... do not apply to a build, on purpose
+                deliberate(
+                    WarmupConfig(target=target, jobs=jobs, monitor="off", progress=progress)
+                ),
                 registry,
             )
         kernels: dict[str, list[str]] = {}

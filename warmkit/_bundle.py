@@ -26,7 +26,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
-import functools
 import gzip
 import hashlib
 import json
@@ -315,13 +314,15 @@ def _prepare(name: str, backend: Any, dest: Path, expected: dict[str, Any]) -> s
     The entries are published and sound either way: what preparing builds,
     the runtime builds at its first load instead, so the install stands.
     """
+    from ._plugins import call_hook
+
     entries = sorted({PurePosixPath(r).parts[0] for r in expected})
     try:
-        summary = backend.prepare_entries(dest, entries)
+        summary = call_hook(name, "prepare_entries", backend.prepare_entries, dest, entries)
     except Exception as exc:  # noqa: BLE001 - a plugin's failure is reported, never hidden
         summary = (
-            f"not prepared: {type(exc).__name__}: {exc} (the runtime builds what is missing "
-            "at its first load of each entry)"
+            f"not prepared: {exc} (the runtime builds what is missing at its first load of "
+            "each entry)"
         )
         logger.warning("bundle install: backend %r: %s", name, summary)
         return summary
@@ -377,25 +378,8 @@ def _extract_verified(
         want = expected[key]
         src = tar.extractfile(member)
         assert src is not None
-        h = hashlib.sha256()
-        size = 0
         dst = staging / rel if staging is not None else None
-        try:
-            with contextlib.ExitStack() as stack:
-                if dst is not None:
-                    dst.parent.mkdir(parents=True, exist_ok=True)
-                    out = stack.enter_context(open(dst, "wb"))
-                for chunk in iter(functools.partial(src.read, 1 << 20), b""):
-                    h.update(chunk)
-                    size += len(chunk)
-                    if dst is not None:
-                        out.write(chunk)
-        except (tarfile.TarError, OSError, EOFError, Exception) as exc:
-            raise BundleError(
-                f"bundle entry {member.name!r} cannot be read ({exc}); the bundle is truncated",
-                path=path,
-                entry=key,
-            ) from exc
+        h, size = _copy_member(src, dst, member.name, key, path)
         if size != want["size"] or h.hexdigest() != want["sha256"]:
             raise BundleError(
                 f"bundle entry {member.name!r} is corrupt: sha256 {h.hexdigest()[:16]}… size {size}, "
@@ -411,6 +395,58 @@ def _extract_verified(
             path=path,
             entry=missing[0],
         )
+
+
+#: Write errors that are the local disk's, not the bundle's: what each means.
+_DISK_ERRORS = {
+    errno.ENOSPC: "the disk is full (ENOSPC)",
+    errno.EDQUOT: "the disk quota is exceeded (EDQUOT)",
+    errno.EFBIG: "the file is larger than its filesystem or a limit allows (EFBIG)",
+}
+
+
+def _copy_member(src: Any, dst: Path | None, name: str, key: str, path: Path) -> tuple[Any, int]:
+    """Read one bundle member to its end (hashing it), copying it to ``dst`` unless None.
+
+    A read that fails is the bundle's fault (truncated, corrupt); a write
+    that fails is this host's (a full disk, a file size limit), and says so
+    with the path it was writing.
+
+    Raises:
+        BundleError: naming the member and what failed.
+    """
+    h = hashlib.sha256()
+    size = 0
+    try:
+        with contextlib.ExitStack() as stack:
+            if dst is not None:
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                out = stack.enter_context(open(dst, "wb"))
+            while True:
+                try:
+                    chunk = src.read(1 << 20)
+                except Exception as exc:
+                    raise BundleError(
+                        f"bundle entry {name!r} cannot be read ({exc}); the bundle is truncated "
+                        "or corrupt",
+                        path=path,
+                        entry=key,
+                    ) from exc
+                if not chunk:
+                    break
+                h.update(chunk)
+                size += len(chunk)
+                if dst is not None:
+                    out.write(chunk)
+    except OSError as exc:  # creating, writing or closing dst: the bundle was read fine
+        what = _DISK_ERRORS.get(exc.errno or 0, f"{exc.strerror or exc}")
+        raise BundleError(
+            f"cannot install bundle entry {name!r}: writing {dst} failed: {what}; free space "
+            "or raise the limit on that filesystem (the cache directory), then install again",
+            path=path,
+            entry=key,
+        ) from exc
+    return h, size
 
 
 def _publish(backend: Any, staged: Path, final: Path, expected: dict[str, Any], entry: str) -> str:

@@ -138,8 +138,13 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         else:
             line = f"NOT REPLAYABLE ({e.reason}) {e.id}"
         recorded.setdefault(e.name, []).append(line)
+    modules = _plan_modules(registry)
     if args.json:
-        print(json.dumps(plan | {"recorded": recorded} if recorded else plan, indent=2))
+        out = plan | {"recorded": recorded} if recorded else dict(plan)
+        listed = [
+            {"module": m.module, "distribution": m.distribution, "file": m.file} for m in modules
+        ]
+        print(json.dumps(out | {"modules": listed}, indent=2))
         return EXIT_OK
     notes = _tuning_notes(registry, target)
     for title, section in (("", plan), (" [recorded]", recorded)):
@@ -148,15 +153,29 @@ def _cmd_plan(args: argparse.Namespace) -> int:
             for key in keys:
                 note = notes.get((name, key)) if not title else None
                 print(f"  {key}" + (f"  [{note}]" if note else ""))
+    print("modules this manifest imports (a manifest names code):")
+    for m in modules:
+        where = f"distribution {m.distribution}" if m.distribution else "no installed distribution"
+        print(f"  {m.module}  ({where})  {m.file or '(not found)'}")
     n = sum(map(len, plan.values())) + sum(map(len, recorded.values()))
     print(f"total: {n} key(s) in {len(plan) + len(recorded)} kernel(s)")
     return EXIT_OK
 
 
+def _plan_modules(registry: Any) -> list[Any]:
+    """The modules a loaded manifest imported, with their distributions (``_manifest_modules``)."""
+    from ._manifest_modules import manifest_modules
+    from ._plugins import kernel_ref
+
+    classes = {r.kernel_cls for r in registry}
+    refs = [kernel_ref(c) for c in classes] + [e.kernel for e in registry.recorded() if e.kernel]
+    return sorted(manifest_modules(refs), key=lambda m: m.module)
+
+
 def _tuning_notes(registry: Any, target: str | None) -> dict[tuple[str, str], str]:
     """(kernel, repr(key)) -> what its backend says about tuning (autotuned keys only)."""
     from ._backend import TuningPlan
-    from ._plugins import get_backend
+    from ._plugins import call_hook, get_backend
 
     out: dict[tuple[str, str], str] = {}
     for name, (kernel, keys) in registry.resolve().items():
@@ -169,7 +188,10 @@ def _tuning_notes(registry: Any, target: str | None) -> dict[tuple[str, str], st
             logger.debug("plan: no tuning notes for %s (backend %s: %s)", name, backend_name, exc)
             continue
         if isinstance(backend, TuningPlan):
-            for key, note in backend.tuning_plan(kernel, keys, target).items():
+            notes = call_hook(
+                backend_name, "tuning_plan", backend.tuning_plan, kernel, keys, target
+            )
+            for key, note in notes.items():
                 out[(name, repr(key))] = note
     return out
 
@@ -600,6 +622,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
+    if getattr(args, "manifest_modules", None):  # for this command (and `run`'s child)
+        os.environ["WARMKIT_MANIFEST_MODULES"] = args.manifest_modules
     try:
         return commands[args.command](args)
     except KeyboardInterrupt as exc:

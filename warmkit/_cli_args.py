@@ -48,6 +48,13 @@ class _Parser(argparse.ArgumentParser):
             default=argparse.SUPPRESS,
             help="more logs; tracebacks on error",
         )
+        self.add_argument(
+            "--manifest-modules",
+            choices=("installed", "any"),
+            default=argparse.SUPPRESS,
+            help="which modules a manifest may import: installed (default; not the current or "
+            "the script's directory) or any (WARMKIT_MANIFEST_MODULES)",
+        )
 
     def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)

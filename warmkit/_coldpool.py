@@ -20,10 +20,16 @@ class ColdPool:
     """The worker processes of one backend group, started lazily (see the module docstring)."""
 
     def __init__(
-        self, fleet: Any, backend: Any, target: str | None, items: list[Any], jobs: int
+        self,
+        fleet: Any,
+        backend: Any,
+        target: str | None,
+        items: list[Any],
+        jobs: int,
+        config: Any = None,
     ) -> None:
         self._fleet, self._backend, self._target = fleet, backend, target
-        self._items, self._jobs = items, jobs
+        self._items, self._jobs, self._config = items, jobs, config
         self._procs: Any = None
         self._decided = False
         self._lock = threading.Lock()
@@ -57,6 +63,21 @@ class ColdPool:
         if self._procs is not None:
             self._procs.cancel_queued()
 
+    def abandon(self, item: tuple[Any, Any]) -> str:
+        """A key past its compile_timeout: stop its worker (``_workers._Workers.abandon``)."""
+        if self._procs is None:
+            from ._runner import ABANDONED
+
+            return ABANDONED
+        return self._procs.abandon(item)
+
+    def stop(self) -> None:
+        """Ctrl-C: stop the workers, and never start a pool after it (``_Workers.stop``)."""
+        with self._lock:
+            self._decided = True
+        if self._procs is not None:
+            self._procs.stop()
+
     def _loaded(self, kernel: Any, key: Any) -> bool:
         return self._target is None and key in kernel.executors  # nothing for a worker to do
 
@@ -66,7 +87,9 @@ class ColdPool:
                 from ._workers import worker_pool
 
                 self._decided = True
-                self._procs = worker_pool(self._backend, self._target, len(self._items), self._jobs)
+                self._procs = worker_pool(
+                    self._backend, self._target, len(self._items), self._jobs, self._config
+                )
                 if self._procs is not None:
                     cold = [it for it in self._items if id(it) not in self._warm]
                     self._procs.queue_all(cold, self._loaded)

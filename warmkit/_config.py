@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 import os
+import threading
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -10,7 +13,26 @@ import attrs
 
 from . import _envs
 
-__all__ = ["WarmupConfig"]
+__all__ = ["ENV_FIELDS", "WarmupConfig", "deliberate", "unapplied_variables", "warn_unapplied"]
+
+logger = logging.getLogger(__name__)
+
+#: Each ``WarmupConfig`` field and the variable ``WarmupConfig.from_env`` reads it from.
+ENV_FIELDS = {
+    "enabled": "WARMKIT_ENABLED",
+    "monitor": "WARMKIT_MONITOR",
+    "jobs": "WARMKIT_JOBS",
+    "target": "WARMKIT_TARGET",
+    "on_error": "WARMKIT_ON_ERROR",
+    "progress": "WARMKIT_PROGRESS",
+    "backends": "WARMKIT_BACKENDS",
+    "bundle": "WARMKIT_BUNDLE",
+    "compile_timeout": "WARMKIT_COMPILE_TIMEOUT",
+    "record": "WARMKIT_RECORD",
+    "store": "WARMKIT_STORE",
+    "store_required": "WARMKIT_STORE_REQUIRED",
+    "read_only": "WARMKIT_READ_ONLY",
+}
 
 
 def _in(*choices: str) -> Callable[[Any, Any, Any], None]:
@@ -71,7 +93,7 @@ class WarmupConfig:
         bundle: a ``.wkb`` bundle to install before compiling (``docs/bundles.md``);
             its entries turn compiles into cache hits.
         compile_timeout: seconds one key's compile may take; a longer one is a
-            failed key (``TimeoutError``) and its thread is abandoned
+            failed key (``TimeoutError``), its thread abandoned, its worker process killed
             (``docs/reliability.md``). None = unbounded.
         record: after warmup, record every runtime JIT event into this
             manifest (``{rank}`` allowed; ``docs/record.md``); needs the
@@ -119,20 +141,75 @@ class WarmupConfig:
         Raises:
             ValueError: a variable that does not parse (the message names it).
         """
-        values = {
-            "enabled": _envs.get("WARMKIT_ENABLED"),
-            "monitor": _envs.get("WARMKIT_MONITOR"),
-            "jobs": _envs.get("WARMKIT_JOBS"),
-            "target": _envs.get("WARMKIT_TARGET"),
-            "on_error": _envs.get("WARMKIT_ON_ERROR"),
-            "progress": _envs.get("WARMKIT_PROGRESS"),
-            "backends": _envs.get("WARMKIT_BACKENDS"),
-            "bundle": _envs.get("WARMKIT_BUNDLE"),
-            "compile_timeout": _envs.get("WARMKIT_COMPILE_TIMEOUT"),
-            "record": _envs.get("WARMKIT_RECORD"),
-            "store": _envs.get("WARMKIT_STORE"),
-            "store_required": _envs.get("WARMKIT_STORE_REQUIRED"),
-            "read_only": _envs.get("WARMKIT_READ_ONLY"),
-        }
+        values = {field: _envs.get(name) for field, name in ENV_FIELDS.items()}
         values.update(overrides)
-        return cls(**values)
+        config = cls(**values)
+        return deliberate(config)
+
+
+#: Configs ``from_env`` made, or warmkit's own (``deliberate``): never a trap.
+_deliberate: weakref.WeakSet[WarmupConfig] = weakref.WeakSet()
+#: The sets of unapplied variables already warned about: one warning each per process.
+_warned: set[tuple[str, ...]] = set()
+_warned_lock = threading.Lock()
+
+
+def deliberate(config: WarmupConfig) -> WarmupConfig:
+    """Mark ``config`` as one whose ignored ``WARMKIT_*`` variables are meant: no warning.
+
+    ``from_env`` marks what it makes (its overrides are the caller's choice);
+    warmkit marks its own configs that ignore variables on purpose
+    (``warmkit bundle build`` never uses the store, the monitor or a recording).
+    """
+    _deliberate.add(config)
+    return config
+
+
+def unapplied_variables(config: WarmupConfig) -> tuple[str, ...]:
+    """The ``WARMKIT_*`` variables set in the environment that ``config`` does not follow.
+
+    A variable counts when it is set (even to a value that does not parse)
+    and the config's field differs from what ``WarmupConfig.from_env`` would
+    read from it. A config ``from_env`` made is never one that ignores them.
+    """
+    if config in _deliberate:
+        return ()
+    fields = attrs.fields_dict(WarmupConfig)
+    names = []
+    for field, name in ENV_FIELDS.items():
+        if not os.environ.get(name, "").strip():
+            continue
+        try:
+            value = _envs.get(name)
+            converter = fields[field].converter
+            if converter is not None:
+                value = converter(value)
+        except ValueError:
+            names.append(name)  # it could not apply anyway: say so too
+            continue
+        if value != getattr(config, field):
+            names.append(name)
+    return tuple(names)
+
+
+def warn_unapplied(config: WarmupConfig) -> WarmupConfig:
+    """One WARNING per process (per set of variables) when ``config`` ignores set ``WARMKIT_*`` variables.
+
+    An operator sets ``WARMKIT_STORE`` or ``WARMKIT_READ_ONLY`` on the fleet;
+    the engine passes ``WarmupConfig(monitor="error")``: without this, no
+    store is used, nothing is read-only, and nothing says so.
+    """
+    names = unapplied_variables(config)
+    with _warned_lock:
+        if not names or names in _warned:
+            return config
+        _warned.add(names)
+    logger.warning(
+        "warmkit: %s %s set but not applied: this warmup was given an explicit WarmupConfig(...), "
+        "which ignores WARMKIT_* variables. To apply them, build it with "
+        "WarmupConfig.from_env(<your fields>=...) (the variables, then your fields over them); "
+        "to silence this, unset them or give the config their values",
+        ", ".join(names),
+        "is" if len(names) == 1 else "are",
+    )
+    return config

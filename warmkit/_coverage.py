@@ -194,7 +194,7 @@ def coverage(
         Whatever planning the declared registrations raises (a registration
         that no longer plans is an error, not "uncovered").
     """
-    from ._plugins import get_backend, kernel_ref
+    from ._plugins import call_hook, get_backend, kernel_ref
 
     have = {_ident(e) for e in registry.recorded()}
     declared_raw: dict[str, list[dict[str, Any]]] = {}
@@ -214,7 +214,10 @@ def coverage(
         if not isinstance(backend, SpecializationMap):
             logger.info("backend %s cannot map keys to specializations", cls.backend)
             continue
-        for path, spec in backend.specializations(kernel, keys, target):
+        specs = call_hook(
+            cls.backend, "specializations", backend.specializations, kernel, keys, target
+        )
+        for path, spec in specs:
             declared_raw.setdefault(path, []).append(spec)
             have.add(json.dumps([cls.backend, "raw", path, spec], sort_keys=True))
     have |= declared_keys

@@ -236,6 +236,12 @@ ENVIRONMENT: dict[str, EnvVar] = {
     "WARMKIT_RECORD": EnvVar(
         None, _opt_str, "WarmupConfig.record: manifest path for runtime compiles ({rank} allowed)."
     ),
+    # Which modules a manifest may import (warmkit._manifest_modules): installed or any.
+    "WARMKIT_MANIFEST_MODULES": EnvVar.choice(
+        "installed",
+        ("installed", "any"),
+        "Modules a manifest may import: installed (not the current or script directory) or any.",
+    ),
     # Set by `warmkit run -m MANIFEST` for its child: warmed by the startup hook first.
     "WARMKIT_MANIFEST": EnvVar(
         None, _opt_str, "Manifest that warmkit run's startup hook warms before the command runs."

@@ -32,6 +32,7 @@ __all__ = [
     "CacheMissError",
     "KernelDefinitionError",
     "ManifestError",
+    "PluginError",
     "PluginFailure",
     "PluginLoadError",
     "RuntimeCompileError",
@@ -154,6 +155,26 @@ class PluginLoadError(WarmkitError, ImportError):
         super().__init__(
             f"{len(self.failures)} warmkit plugin(s) failed to load:\n{lines}\n"
             "Fix or uninstall the plugin, or leave it out of WARMKIT_PLUGINS."
+        )
+
+
+class PluginError(WarmkitError, RuntimeError):
+    """A plugin's hook raised: the error of the plugin (or its environment), named as such.
+
+    Attributes:
+        plugin: the plugin's entry-point name (e.g. ``"triton"``).
+        hook: the hook that raised (e.g. ``"available"``, ``"prepare_entries"``).
+        cause: the exception the hook raised (also ``__cause__``).
+    """
+
+    def __init__(self, plugin: str | None, hook: str, where: str, cause: BaseException) -> None:
+        self.plugin = plugin
+        self.hook = hook
+        self.cause = cause
+        super().__init__(
+            f"{type(cause).__name__}: {cause} (raised by backend plugin {plugin!r} in its "
+            f"{hook}() hook, {where}): a fault of the plugin or of what it needs; fix or report it "
+            "to the plugin's authors, or leave the plugin out (WARMKIT_PLUGINS, --backends)"
         )
 
 

@@ -35,7 +35,13 @@ import attrs
 
 from . import _envs
 from ._backend import Backend, missing_members
-from ._exceptions import BackendUnavailableError, PluginFailure, PluginLoadError
+from ._exceptions import (
+    BackendUnavailableError,
+    PluginError,
+    PluginFailure,
+    PluginLoadError,
+    WarmkitError,
+)
 
 if TYPE_CHECKING:
     from importlib.metadata import EntryPoint
@@ -44,6 +50,7 @@ __all__ = [
     "BACKENDS_GROUP",
     "KERNELS_GROUP",
     "PluginInfo",
+    "call_hook",
     "discover",
     "get_backend",
     "kernel_ref",
@@ -490,3 +497,21 @@ def restore_backend_table(table: dict[str, Any]) -> None:
     with _lock:
         _backends.clear()
         _backends.update(table)
+
+
+def call_hook(plugin: str | None, hook: str, fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)``: a plugin's hook ``hook``, whose own error is a ``PluginError`` naming both.
+
+    A ``WarmkitError`` it raises is passed on as it is: it already says what is
+    wrong (a missing DSL, an unavailable backend, a cache miss).
+
+    Raises:
+        PluginError: the hook raised anything else; its cause is kept.
+    """
+    try:
+        return fn(*args)
+    except WarmkitError:
+        raise
+    except Exception as exc:
+        where = f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', hook)}"
+        raise PluginError(plugin, hook, where, exc) from exc

@@ -109,7 +109,7 @@ def _setup(target: str | None, backends: tuple[str, ...] | None) -> None:
 
 
 def _set_up_backends(target: str | None, backends: tuple[str, ...] | None) -> None:
-    from ._plugins import BACKENDS_GROUP, discover, get_backend
+    from ._plugins import BACKENDS_GROUP, call_hook, discover, get_backend
 
     try:
         names = backends if backends is not None else [i.name for i in discover(BACKENDS_GROUP)]
@@ -139,13 +139,9 @@ def _set_up_backends(target: str | None, backends: tuple[str, ...] | None) -> No
         if not isinstance(backend, Prepares):
             continue
         try:
-            backend.prepare(target)
+            call_hook(name, "prepare", backend.prepare, target)
         except Exception as exc:  # noqa: BLE001 -- fails this backend's keys in the next warmup
-            exc.add_note(
-                f"warmkit: raised by backend plugin {name!r} "
-                f"({type(backend).__module__}.{type(backend).__qualname__}.prepare) in the "
-                "background setup that warmkit.prepare() started"
-            )
+            exc.add_note("warmkit: in the background setup that warmkit.prepare() started")
             logger.debug("warmkit.prepare: backend %s setup failed: %s", name, exc)
             with _lock:
                 _failures[target, name] = exc

@@ -705,6 +705,7 @@ def resolve_recorded(entries: Iterable[RecordedEntry]) -> list[RecordedItem]:
     """
     from ._backend import RecordReplay
     from ._exceptions import BackendNotImplementedError
+    from ._manifest_modules import check_kernel_ref
     from ._plugins import get_backend, load_kernel
 
     items = []
@@ -721,6 +722,7 @@ def resolve_recorded(entries: Iterable[RecordedEntry]) -> list[RecordedItem]:
             if entry.kind == "key":
                 kernel = kernels.get(entry.kernel)
                 if kernel is None:
+                    check_kernel_ref(entry.kernel)  # a manifest names code (_manifest_modules)
                     kernel = kernels[entry.kernel] = load_kernel(entry.kernel)()
                 spec = entry._parsed if entry._parsed is not None else entry.spec
                 key = decode_key(type(kernel), spec["key"])

@@ -232,12 +232,15 @@ class WarmupRegistry:
                 keys = plan(inst, reg.zip_groups, reg.space)
             except Exception as exc:
                 # The user's dispatch (or space) raised: say whose, keep the type and the cause.
-                exc.add_note(
-                    f"warmkit: while planning kernel {reg.kernel!r} "
+                where = (
+                    f"kernel {reg.kernel!r} "
                     f"({reg.kernel_cls.__module__}.{reg.kernel_cls.__qualname__}), registration "
                     f"{dict(reg.space)!r}"
                 )
-                raise
+                named = _naming(exc, f"while planning {where}")
+                if named is exc:
+                    raise
+                raise named from exc
             # expand's dict keeps each key's hash: merged into this one, no key is hashed again
             ordered = keys if type(keys) is dict else dict.fromkeys(keys)
             found = out.get(reg.kernel)
@@ -383,6 +386,7 @@ class WarmupRegistry:
     ) -> WarmupRegistry:
         # keep: data was just read from a file, so recorded entries may keep their parsed specs;
         # entries: its recorded section, already read and checked (read_manifest)
+        from ._manifest_modules import check_kernel_ref
         from ._plugins import load_kernel
 
         if not isinstance(data, dict) or data.get("format") != MANIFEST_FORMAT:
@@ -430,6 +434,7 @@ class WarmupRegistry:
                 ref = entry["kernel"]
                 kernel_cls = classes.get(ref)
                 if kernel_cls is None:
+                    check_kernel_ref(ref, path)  # a manifest names code: where may it come from
                     kernel_cls = classes[ref] = load_kernel(ref)
                 if "points" in entry:  # version 2: rows of points, a registration each
                     names = entry["points"]["names"]
@@ -495,6 +500,25 @@ class WarmupRegistry:
         with _gc_paused(), one_scan():
             data, entries = read_manifest(path)
             return cls._from_data(data, path, keep=True, entries=entries)
+
+
+def _naming(exc: Exception, where: str) -> Exception:
+    """``exc`` with ``where`` in its message: the same type, so callers' ``except`` still match.
+
+    An exception of a type that cannot be rebuilt from one message (a custom
+    ``__init__``) keeps its own message and gets ``where`` as a note (PEP 678),
+    which the CLI and the report print with it.
+    """
+    if where in str(exc):
+        return exc
+    try:
+        named = type(exc)(f"{where}: {exc}")
+    except Exception:  # noqa: BLE001 -- a constructor of its own: a note instead
+        named = None
+    if named is None or where not in str(named):
+        exc.add_note(f"warmkit: {where}")
+        return exc
+    return named
 
 
 @contextlib.contextmanager

@@ -18,25 +18,37 @@ starting every queued compile before it lets go. Here:
   backend's does, so a warmup exits when the running compiles end.)
 * **Timeout**: an item running longer than ``timeout`` seconds is reported
   ``on_timeout(item, seconds)`` and abandoned the same way; a fresh worker
-  replaces its thread, so the other items keep their parallelism. With worker
-  *processes* (not threads) an abandoned compile could be killed instead.
+  replaces its thread, so the other items keep their parallelism. A compile
+  that runs in a worker *process* (``_workers``) is killed with it.
 """
 
 from __future__ import annotations
 
 import contextvars
+import logging
+import os
 import queue
+import signal
 import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-__all__ = ["CANCELLED", "NOT_ATTEMPTED", "run"]
+__all__ = ["ABANDONED", "CANCELLED", "NOT_ATTEMPTED", "exit_on_second_sigint", "run"]
 
 T = TypeVar("T")
 
+logger = logging.getLogger(__name__)
+
+#: The exit status of a process ended by a second Ctrl-C (128 + SIGINT, as a shell reports it).
+EXIT_INTERRUPTED = 130
+
 #: Why an item did not run: the warmup was interrupted (SIGINT / Ctrl-C).
 CANCELLED = "cancelled: the warmup was interrupted (SIGINT) before this key finished"
+#: What became of a compile past its timeout on a thread (a thread cannot be killed).
+ABANDONED = (
+    "its thread was abandoned: the compile runs on until it returns and its result is discarded"
+)
 #: Why an item did not run: ``on_done`` asked to stop (fail-fast).
 NOT_ATTEMPTED = "not attempted: an earlier key failed"
 
@@ -204,3 +216,40 @@ def run(
         error = state["error"]
     if error is not None:
         raise error
+
+
+def exit_on_second_sigint(before_exit: Callable[[], None]) -> Callable[[], None]:
+    """After a first Ctrl-C: make a second one end the process at once; returns the undo.
+
+    The first Ctrl-C cancels the warmup, which then stops its workers and
+    writes its report. An operator who presses Ctrl-C again wants out now:
+    the handler calls ``before_exit`` (kill the worker processes, so none is
+    left behind) and ``os._exit`` (no atexit, no joins of threads that may
+    never end). Only the main thread can set a handler; elsewhere this does
+    nothing.
+
+    Args:
+        before_exit: run by the handler before the exit; its errors are ignored.
+
+    Returns:
+        A function that puts the previous handler back (the warmup's end).
+    """
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+
+    def handler(signum: int, frame: Any) -> None:
+        try:
+            logger.warning("warmkit: second Ctrl-C: exiting now")
+            before_exit()
+        finally:
+            os._exit(EXIT_INTERRUPTED)
+
+    previous = signal.signal(signal.SIGINT, handler)
+
+    def restore() -> None:
+        if previous is not None and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, previous)
+
+    return restore

@@ -14,19 +14,19 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import nullcontext
 from typing import Any
 
 from . import _envs, _identity, _memo, metrics, monitor
 from ._backend import CanonicalTargets, reported_tuning
 from ._compat import ast_parse_serialized, known_frozen, process_froze_objects
-from ._config import WarmupConfig
+from ._config import WarmupConfig, warn_unapplied
 from ._exceptions import BackendUnavailableError, WarmupError
 from ._prepare import join as join_setup
 from ._record import resolve_recorded, start_recording
 from ._registry import _gc_paused
 from ._report import ReportEntry, WarmupReport
-from ._runner import CANCELLED, NOT_ATTEMPTED, run
+from ._runner import ABANDONED, CANCELLED, NOT_ATTEMPTED, run
+from ._workers import interrupted
 
 __all__ = ["warmup"]
 
@@ -118,7 +118,8 @@ def _warmup(
 ) -> WarmupReport:
     from ._registry import active_registry, default_registry
 
-    config = config if config is not None else WarmupConfig.from_env()
+    # an explicit config that ignores set WARMKIT_* variables: one WARNING naming them
+    config = WarmupConfig.from_env() if config is None else warn_unapplied(config)
     if not config.enabled:
         logger.info("warmkit warmup disabled")
         return WarmupReport(enabled=False)
@@ -424,8 +425,11 @@ class _Run:
         self.fleet: Any = None
         self.setup_failures: dict[str, BaseException] = {}
         self.keep: Callable[[bool], None] = lambda collect=True: None  # see _kept_out_of_gc
+        self.restore_sigint: Callable[[], None] | None = None  # set by a Ctrl-C (_workers)
 
     def close(self) -> None:
+        if self.restore_sigint is not None:
+            self.restore_sigint()
         if self._bar is not None:
             self._bar.update(self._unshown)
             self._bar.close()
@@ -483,10 +487,12 @@ class _Run:
                 self._unrun(item, backend_name, "skipped", reason)
             return
         target = self.config.target
-        scope = None
+        scope = contextlib.ExitStack()  # the backend's compile_scope, entered here (its errors)
         backend = None
         workers = self.jobs
         if backend_name is not None:
+            from ._plugins import call_hook
+
             try:
                 backend, target = _prepare_backend(backend_name, items, target)
                 failure = self.setup_failures.pop(backend_name, None)
@@ -498,14 +504,17 @@ class _Run:
                     self.aborted = True
                 return
             try:
-                par = _plugin_call(backend_name, backend.parallelism, target)
+                par = _plugin_call(backend_name, "parallelism", backend.parallelism, target)
                 if isinstance(par, bool) or not isinstance(par, int) or par < 1:
                     raise TypeError(
                         f"backend plugin {backend_name!r}: parallelism({target!r}) returned "
                         f"{par!r}, not a positive int; fix the plugin"
                     )
                 workers = min(self.jobs, par)
-                scope = _plugin_call(backend_name, backend.compile_scope, target, workers)
+                entered = _plugin_call(
+                    backend_name, "compile_scope", backend.compile_scope, target, workers
+                )
+                call_hook(backend_name, "compile_scope", scope.enter_context, entered)
             except Exception as exc:  # noqa: BLE001 -- reported as this backend's keys' failure
                 self._fail_all(items, backend_name, exc)
                 if self.config.on_error == "raise":
@@ -516,11 +525,11 @@ class _Run:
         if backend_name is not None:  # worker processes start at the group's first cold key
             from ._coldpool import ColdPool
 
-            self._procs = ColdPool(self.fleet, backend, target, items, workers)
+            self._procs = ColdPool(self.fleet, backend, target, items, workers, self.config)
         try:
             # One compile_scope for the group's keys, the runner's threads included (a scope
             # per key cost ~1 us); a key's _warmkit_compile finds it set.
-            with scope if scope is not None else nullcontext(), monitor.compile_scope(target):
+            with scope, monitor.compile_scope(target):
                 self._compile(backend_name, backend, items, target, workers)
         finally:
             if self._procs is not None:
@@ -580,10 +589,10 @@ class _Run:
         def timed_out(item: tuple[Any, Any], seconds: float) -> None:
             kernel, key = item
             limit = self.config.compile_timeout
+            fate = ABANDONED if self._procs is None else self._procs.abandon(item)
             exc = TimeoutError(
                 f"compile of kernel {type(kernel).name!r} key {key!r} exceeded compile_timeout="
-                f"{limit:g}s (WARMKIT_COMPILE_TIMEOUT); its thread was abandoned: the compile runs "
-                "on until it returns and its result is discarded"
+                f"{limit:g}s (WARMKIT_COMPILE_TIMEOUT); {fate}"
             )
             finished(
                 item,
@@ -609,6 +618,7 @@ class _Run:
                     finished(item, one(item))
                 except KeyboardInterrupt:
                     self.cancelled = True
+                    self.restore_sigint = interrupted(self._procs, self.restore_sigint)
                     for item in items[n:]:
                         skipped(item, CANCELLED)
                     raise
@@ -625,19 +635,8 @@ class _Run:
             )
         except KeyboardInterrupt:
             self.cancelled = True
+            self.restore_sigint = interrupted(self._procs, self.restore_sigint)
             raise
-
-
-def _in_context(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Run ``fn`` in a copy of the submitting thread's context (target, allow(), registry)."""
-    import contextvars
-
-    ctx = contextvars.copy_context()
-
-    def run(*args: Any) -> Any:
-        return ctx.copy().run(fn, *args)
-
-    return run
 
 
 def _prepare_backend(
@@ -647,7 +646,7 @@ def _prepare_backend(
 
     kernel_name = type(items[0][0]).name
     backend = get_backend(name, kernel=kernel_name)
-    status = _plugin_call(name, backend.available)
+    status = _plugin_call(name, "available", backend.available)
     from ._backend import BackendStatus
 
     if not isinstance(status, BackendStatus):
@@ -659,9 +658,11 @@ def _prepare_backend(
         raise BackendUnavailableError(
             name, status.reason, kernel=kernel_name, install_hint=status.install_hint
         )
-    device = _plugin_call(name, backend.default_target)
+    device = _plugin_call(name, "default_target", backend.default_target)
     if target is not None and isinstance(backend, CanonicalTargets):
-        target = backend.canonical_target(target)  # "sm_90" and "cuda:90" are one target
+        target = _plugin_call(
+            name, "canonical_target", backend.canonical_target, target
+        )  # sm_90 == cuda:90
     if target is not None and target == device:
         target = None  # the local device: share the runtime's executor cache
     # With no device and no target, the backend's compile() says what to do: only it
@@ -669,16 +670,11 @@ def _prepare_backend(
     return backend, target
 
 
-def _plugin_call(name: str | None, method: Callable[..., Any], *args: Any) -> Any:
-    """``method(*args)`` of a backend; an exception says which plugin raised it (PEP 678 note)."""
-    try:
-        return method(*args)
-    except Exception as exc:
-        exc.add_note(
-            f"warmkit: raised by backend plugin {name!r} "
-            f"({method.__module__}.{method.__qualname__})"
-        )
-        raise
+def _plugin_call(name: str | None, hook: str, method: Callable[..., Any], *args: Any) -> Any:
+    """``method(*args)``, a backend's ``hook``; its own error is a ``PluginError`` naming both."""
+    from ._plugins import call_hook
+
+    return call_hook(name, hook, method, *args)
 
 
 def check_target(target: str | None, backends: Sequence[str]) -> None:

@@ -16,6 +16,13 @@ reports the key).
   with the exit code in its error; the pool replaces the worker (``pebble``).
   A worker that raises is no failure by itself: the parent compiles the key
   in-process and reports what that does.
+* A key past ``compile_timeout`` has its future cancelled: pebble stops that
+  worker (SIGTERM, then SIGKILL after its 3 s grace) and replaces it; the key
+  fails. On Ctrl-C the warmup calls :func:`stop_now`: no queued key starts,
+  every worker gets SIGTERM and, ``TERM_GRACE`` seconds later, SIGKILL, and
+  the threads waiting on them return at once. No worker outlives the process:
+  :func:`shutdown` (at exit) stops them the same way, never waiting for a
+  compile that may never end.
 * Processes are used when they pay: ``jobs >= 4`` and at least two keys per
   job. Two keys on two cores stay on threads, and so do a few keys behind a
   started pool: its workers may still be importing torch (the demo's 4 keys
@@ -26,14 +33,17 @@ reports the key).
 from __future__ import annotations
 
 import atexit
+import concurrent.futures
 import importlib
 import importlib.util
 import logging
 import multiprocessing
 import os
 import pickle
+import signal
 import threading
 import time
+from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
 from . import _envs
@@ -43,9 +53,13 @@ from ._exceptions import WorkerDiedError
 __all__ = [
     "PrimesWorkers",
     "ProcessCompiles",
+    "interrupted",
+    "kill_now",
     "prepare_workers",
     "shutdown",
     "start_workers",
+    "stop_now",
+    "terminate",
     "worker_pool",
 ]
 
@@ -56,8 +70,16 @@ MIN_JOBS = 4
 #: ... and when there are at least this many keys per job.
 MIN_KEYS_PER_JOB = 2
 
+#: Seconds a worker asked to stop (SIGTERM) has before it is killed (SIGKILL).
+TERM_GRACE = 0.5
+
+#: pebble's name for its worker processes (pebble.pool.process.WORKERS_NAME)
+_WORKER_NAME = "pebble_pool_worker"
+
 _lock = threading.Lock()
 _pool: Any = None
+#: Pools a larger one replaced (start_workers): closed, stopped by shutdown() if still running.
+_retired: list[Any] = []
 _pool_size = 0
 _atexit_registered = False
 
@@ -192,7 +214,8 @@ def start_workers(jobs: int | None = None, modules: list[str] | None = None) -> 
         if _pool is not None and _pool_size >= size:
             return _pool_size
         if _pool is not None:
-            _pool.close()
+            _pool.close()  # it ends once its running tasks end ...
+            _retired.append(_pool)  # ... or at shutdown(), whatever they do
         _pool = ProcessPool(
             max_workers=size,
             initializer=_initializer,
@@ -253,17 +276,106 @@ def _log_ready(future: Any) -> None:
 
 
 def shutdown() -> None:
-    """Stop the compile workers (idempotent)."""
+    """Stop the compile workers now (idempotent).
+
+    Never waits for a running compile (one may never end): each worker gets
+    SIGTERM, then SIGKILL after ``TERM_GRACE`` seconds.
+    """
     global _pool, _pool_size
     with _lock:
-        pool, _pool, _pool_size = _pool, None, 0
-    if pool is not None:
-        pool.close()
-        pool.join()
+        pools = [p for p in (*_retired, _pool) if p is not None]
+        _pool, _pool_size = None, 0
+        _retired.clear()
+    for pool in pools:
+        _stop_pool(pool)
 
 
-def worker_pool(backend: Any, target: str | None, keys: int, jobs: int) -> _Workers | None:
-    """The worker processes for one backend group, or None to compile on threads."""
+def stop_now() -> None:
+    """Ctrl-C: stop every worker at once; a compile they run is abandoned (its key is cancelled)."""
+    shutdown()
+
+
+def interrupted(workers: _Workers | None, restore: Callable[[], None] | None) -> Callable[[], None]:
+    """A warmup's Ctrl-C: stop ``workers`` now, and make a second Ctrl-C exit at once.
+
+    Args:
+        workers: the group's worker processes, if it uses them.
+        restore: what an earlier call returned (the handler is set once).
+
+    Returns:
+        What puts the previous SIGINT handler back (the warmup's end calls it).
+    """
+    from ._runner import exit_on_second_sigint
+
+    if restore is None:
+        restore = exit_on_second_sigint(kill_now)
+    if workers is not None:
+        workers.stop()
+    return restore
+
+
+def kill_now() -> None:
+    """A second Ctrl-C, just before ``os._exit``: SIGKILL every worker process there is.
+
+    It takes no lock (the first Ctrl-C's stop may hold one, in the same
+    thread) and finds the workers among this process's children, so that
+    one spawned by a pool being stopped is killed too.
+    """
+    for proc in multiprocessing.active_children():
+        if proc.name == _WORKER_NAME and proc.pid is not None:
+            try:
+                os.kill(proc.pid, signal.SIGKILL)
+            except OSError:  # exited meanwhile
+                continue
+
+
+def _stop_pool(pool: Any) -> None:
+    pool.stop()  # first: the pool starts no queued task and replaces no worker from here on
+    terminate(_processes(pool), TERM_GRACE)
+    pool.join()  # pebble's own stop of each worker: all of them have exited by now
+
+
+def _processes(pool: Any) -> list[Any]:
+    """The pool's live worker processes.
+
+    pebble keeps them in its worker manager (not public API); if a later
+    pebble moves them, multiprocessing's children of pebble's worker name.
+    """
+    try:
+        return list(pool._pool_manager.worker_manager.workers.values())
+    except AttributeError:
+        return [p for p in multiprocessing.active_children() if p.name == _WORKER_NAME]
+
+
+def terminate(processes: list[Any], grace: float) -> None:
+    """SIGTERM every process, then SIGKILL each still alive ``grace`` seconds later; reap them.
+
+    One grace for all of them, not one each: eight workers that ignore SIGTERM
+    cost ``grace``, not eight times it.
+    """
+    for proc in processes:
+        try:
+            proc.terminate()
+        except (OSError, ValueError):  # already reaped, or closed
+            continue
+    deadline = time.monotonic() + grace
+    for proc in processes:
+        try:
+            proc.join(max(0.0, deadline - time.monotonic()))
+            if proc.is_alive():
+                proc.kill()  # ignores or outlasts SIGTERM: a compile stuck in C code
+                proc.join(1.0)  # SIGKILL cannot be caught: reaped at once
+        except (OSError, ValueError):
+            continue
+
+
+def worker_pool(
+    backend: Any, target: str | None, keys: int, jobs: int, config: Any = None
+) -> _Workers | None:
+    """The worker processes for one backend group, or None to compile on threads.
+
+    ``config`` (the warmup's ``WarmupConfig``): its ``compile_timeout`` bounds each key.
+    """
     mode = _envs.get("WARMKIT_COMPILE_PROCESSES")
     if mode == "off" or jobs < 2 or not isinstance(backend, ProcessCompiles):
         return None
@@ -276,17 +388,20 @@ def worker_pool(backend: Any, target: str | None, keys: int, jobs: int) -> _Work
         logger.warning("compile worker processes need pebble (pip install pebble); using threads")
         return None
     start_workers(jobs)
-    return _Workers(_pool, worker_target)
+    return _Workers(_pool, worker_target, getattr(config, "compile_timeout", None))
 
 
 class _Workers:
     """Submits keys to the pool and turns a worker's death into that key's error."""
 
-    def __init__(self, pool: Any, target: str) -> None:
+    def __init__(self, pool: Any, target: str, timeout: float | None = None) -> None:
         self._pool = pool
         self.target = target
+        #: compile_timeout: pebble stops a worker whose task runs longer (a backstop to abandon())
+        self.timeout = timeout
         self._refs: dict[type, str] = {}
         self._queued: dict[int, Any] = {}  # id of a group's item -> its future (queue_all)
+        self._taken: dict[int, Any] = {}  # id of an item a warmup thread waits on -> its future
 
     def submit(self, kernel: Any, key: Any) -> Any:
         from ._plugins import kernel_ref
@@ -296,7 +411,7 @@ class _Workers:
         if ref is None:  # an entry-point scan: once per kernel class
             ref = self._refs[cls] = kernel_ref(cls)
         args = (ref, pickle.dumps(key), self.target, dict(os.environ))
-        return self._pool.schedule(_compile_in_worker, args=args)
+        return self._pool.schedule(_compile_in_worker, args=args, timeout=self.timeout)
 
     def queue_all(self, items: list[tuple[Any, Any]], skip: Any) -> None:
         """Hand every ``(kernel, key)`` of a group to the pool now, in order, but those ``skip`` names.
@@ -352,14 +467,40 @@ class _Workers:
             except Exception as exc:  # noqa: BLE001 -- a pool that cannot take work: compile here
                 logger.warning("compile workers unavailable (%s); compiling in-process", exc)
                 return None
-        return self.outcome(future, kernel, key)
+        self._taken[id(item)] = future
+        try:
+            return self.outcome(future, kernel, key)
+        finally:
+            self._taken.pop(id(item), None)
 
-    @staticmethod
-    def outcome(future: Any, kernel: Any, key: Any) -> str | None:
+    def abandon(self, item: tuple[Any, Any]) -> str:
+        """The warmup gave up on ``item`` (its compile_timeout): stop the worker compiling it.
+
+        pebble's cancel of a running task stops its worker (SIGTERM, SIGKILL
+        after its grace) and starts a fresh one; the thread waiting on the
+        future returns.
+        """
+        future = self._taken.pop(id(item), None) or self._queued.pop(id(item), None)
+        if future is not None:
+            future.cancel()
+        return "its worker process was killed and replaced"
+
+    def stop(self) -> None:
+        """Ctrl-C: stop every worker (:func:`stop_now`) and release every thread waiting on one."""
+        stop_now()
+        futures = [*self._queued.values(), *self._taken.values()]
+        self._queued, self._taken = {}, {}
+        for future in futures:
+            future.cancel()  # a waiting thread sees CancelledError: it compiles nothing itself
+
+    def outcome(self, future: Any, kernel: Any, key: Any) -> str | None:
         """``compiled``/``cached`` from the worker; None if the parent must compile it itself.
 
         Raises:
             WorkerDiedError: the worker process died on this key.
+            TimeoutError: the key ran past ``compile_timeout`` and its worker was killed.
+            concurrent.futures.CancelledError: the warmup gave up on the key
+                (timeout or Ctrl-C); the parent must not compile it either.
         """
         from pebble import ProcessExpired
 
@@ -367,6 +508,14 @@ class _Workers:
             status, pid, start, end = future.result()
         except ProcessExpired as exc:
             raise WorkerDiedError(type(kernel).name, key, exc.exitcode, str(exc)) from exc
+        except concurrent.futures.CancelledError:
+            raise
+        except TimeoutError as exc:  # pebble's: the task outlived self.timeout
+            raise TimeoutError(  # the words of the warmup's own timeout: either may be first
+                f"compile of kernel {type(kernel).name!r} key {key!r} exceeded compile_timeout="
+                f"{self.timeout:g}s (WARMKIT_COMPILE_TIMEOUT); its worker process was killed and "
+                "replaced"
+            ) from exc
         except Exception as exc:  # noqa: BLE001 -- the parent's compile reports it
             logger.debug("compile worker: %s %r: %s; compiling in-process", kernel, key, exc)
             return None

@@ -115,10 +115,14 @@ def test_version_lists_plugins(capsys, fake_backend):
 def test_plan_json_gives_keys_per_kernel(capsys, manifest):
     code, out, _err = run(capsys, "plan", str(manifest), "--json")
     assert code == 0
-    assert json.loads(out) == {
+    planned = json.loads(out)
+    modules = planned.pop("modules")  # what loading the manifest imported (a manifest names code)
+    assert planned == {
         PyKernel.name: [repr(P(n, f)) for n in (1, 2) for f in (False, True)],
         "tests.other": [repr(OtherKernel.CompileKey(m)) for m in range(3)],
     }
+    assert [m["module"] for m in modules] == [PyKernel.__module__]
+    assert modules[0]["file"] == sys.modules[PyKernel.__module__].__file__
     assert _kernels.COMPILES == []
 
 
@@ -330,3 +334,21 @@ def test_a_closed_pipe_exits_0_quietly(manifest):
         ["bash", "-c", script], capture_output=True, text=True, timeout=120, check=False, env=_env()
     )
     assert "rc=0" in res.stdout and "Traceback" not in res.stderr and res.stderr == ""
+
+
+def test_plan_names_the_plugin_whose_tuning_plan_raises_in_one_line(
+    capsys, fake_backend, tmp_path, monkeypatch
+):
+    from ._kernels import FakeBackend, ScaleKernel
+
+    def tuning_plan(self, kernel, keys, target):
+        raise IndexError("autotune table")
+
+    monkeypatch.setattr(FakeBackend, "tuning_plan", tuning_plan, raising=False)
+    reg = WarmupRegistry()
+    reg.add(ScaleKernel, n=[1])
+    code, _out, err = run(capsys, "plan", str(reg.save(tmp_path / "m.json")))
+    assert code == 1
+    line = one_line(err)
+    assert line.startswith("warmkit: error: PluginError: IndexError: autotune table (raised")
+    assert "raised by backend plugin 'fake' in its tuning_plan() hook" in line

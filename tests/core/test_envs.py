@@ -45,6 +45,7 @@ VALID = {
     "WARMKIT_RANK": [("0", 0), ("3", 3), (" 7 ", 7)],
     "WARMKIT_RECORD": [("run-{rank}.json", "run-{rank}.json"), ("", None)],
     "WARMKIT_MANIFEST": [(" m.json ", "m.json"), ("", None)],
+    "WARMKIT_MANIFEST_MODULES": [("installed", "installed"), (" ANY ", "any")],
     "WARMKIT_COMPILE_PROCESSES": [("auto", "auto"), (" ON ", "on"), ("off", "off")],
     "WARMKIT_STORE": [("redis://127.0.0.1:6379/0", "redis://127.0.0.1:6379/0"), ("", None)],
     "WARMKIT_STORE_REQUIRED": [("1", True), ("off", False)],
@@ -57,6 +58,7 @@ VALID = {
 INVALID = {
     "WARMKIT_ENABLED": ["maybe", "2", ""],  # empty is a mistake, not "off"
     "WARMKIT_MONITOR": ["loud", ""],
+    "WARMKIT_MANIFEST_MODULES": ["all", ""],
     "WARMKIT_JOBS": ["0", "-2", "many"],
     "WARMKIT_ON_ERROR": ["ignore"],
     "WARMKIT_PROGRESS": ["yes"],

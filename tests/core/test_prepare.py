@@ -100,7 +100,8 @@ def test_a_failed_setup_fails_that_backends_keys_naming_the_plugin(backend):
     for entry in failed:
         assert "setup exploded" in entry.error
         assert "backend plugin 'fake'" in entry.error and "warmkit.prepare()" in entry.error
-        assert entry.exception is PreparingBackend.error
+        assert isinstance(entry.exception, warmkit.PluginError)  # named: plugin and hook
+        assert entry.exception.cause is PreparingBackend.error and "prepare() hook" in entry.error
     assert report.monitor == "off"  # a failed warmup arms nothing
     # the failure belonged to that warmup: the next one runs normally
     PreparingBackend.error = None

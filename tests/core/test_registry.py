@@ -681,3 +681,40 @@ def test_a_bad_point_in_rows_is_named_by_registration_and_point(tmp_path):
     msg = str(info.value)
     assert str(path) in msg and "registration 0, point 0 [0]" in msg and "'nope'" in msg, msg
     assert f"{PyKernel.__module__}:PyKernel" in msg
+
+
+class _Picky(warmkit.JitKernel["_Picky.CompileKey"]):
+    name = "tests.Picky"
+    backend = "fake"
+
+    class Refusal(Exception):
+        def __init__(self, n, why):
+            super().__init__(n, why)
+
+    @attrs.frozen
+    class CompileKey:
+        n: int
+
+    def dispatch(self, *, n):
+        if n == 3:
+            raise ValueError("n must not be 3")
+        if n > 2**63:
+            raise _Picky.Refusal(n, "too large")
+        return self.CompileKey(n)
+
+
+def test_an_error_from_dispatch_during_warmup_names_the_kernel_and_the_registration():
+    reg = warmkit.WarmupRegistry()
+    reg.add(_Picky, n=[1, 3])
+    with pytest.raises(ValueError) as info:  # the type callers catch is kept
+        warmkit.warmup(warmkit.WarmupConfig(progress="off", monitor="off"), reg)
+    message = str(info.value)
+    assert "kernel 'tests.Picky'" in message and "registration {'n': [1, 3]}" in message
+    assert message.endswith("n must not be 3") and message.count("tests.Picky") == 1
+    # a type that cannot be rebuilt from one message: named in a note, once
+    reg = warmkit.WarmupRegistry()
+    reg.add(_Picky, n=2**70)
+    with pytest.raises(_Picky.Refusal) as info:
+        reg.plan()
+    (note,) = info.value.__notes__
+    assert "kernel 'tests.Picky'" in note and str(2**70) in note

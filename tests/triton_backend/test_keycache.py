@@ -168,3 +168,33 @@ def test_threads_asking_at_once_hash_once(monkeypatch):
     for t in threads:
         t.join()
     assert got == ["the-key"] * 8 and calls == [1]
+
+
+@pytest.mark.parametrize(
+    "edit,warned",
+    [
+        (lambda e: e.update(libtriton_sha256="0" * 64), True),  # 64 hex digits: looked valid
+        (lambda e: e.update(libtriton_sha256="not hex"), True),
+        (lambda e: e.pop("check"), False),  # written before the check existed: quietly redone
+    ],
+)
+def test_an_edited_digest_is_recomputed_and_repaired_with_a_warning(xdg, caplog, edit, warned):
+    original = tritons_own()
+    _keycache._cached_key(original)
+    path = _keycache.cache_file()
+    data = json.loads(path.read_text())
+    (entry,) = data["entries"].values()
+    edit(entry)
+    path.write_text(json.dumps(data))
+    with caplog.at_level("WARNING", logger="warmkit_triton._keycache"):
+        assert _keycache._cached_key(original) == (original(), "stored")  # Triton's own value
+    if warned:
+        (record,) = caplog.records
+        assert (
+            str(path) in record.getMessage() and "does not match its check" in record.getMessage()
+        )
+    else:
+        assert not caplog.records
+    caplog.clear()
+    assert _keycache._cached_key(original) == (original(), "hit")  # repaired
+    assert not caplog.records

@@ -148,7 +148,7 @@ class _Pool:
     def __init__(self):
         self.asked, self.futures, self.answer = [], [], None
 
-    def schedule(self, fn, args):
+    def schedule(self, fn, args, timeout=None):
         from concurrent.futures import Future
 
         self.asked.append(pickle.loads(args[1]))
@@ -181,11 +181,11 @@ def test_a_group_is_queued_in_order_and_what_no_warmup_took_is_cancelled():
 
 def test_a_pool_that_refuses_the_queue_is_a_warning_naming_the_key_and_nothing_is_lost(caplog):
     class Refusing(_Pool):
-        def schedule(self, fn, args):
+        def schedule(self, fn, args, timeout=None):
             if len(self.asked) == 1:
                 self.asked.append(None)
                 raise RuntimeError("pool is closing")
-            return super().schedule(fn, args)
+            return super().schedule(fn, args, timeout)
 
     pool = Refusing()
     workers = _workers._Workers(pool, TARGET)

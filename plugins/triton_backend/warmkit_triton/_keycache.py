@@ -27,6 +27,7 @@ value is therefore always Triton's own.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -190,6 +191,16 @@ def _store(path: Path, ident: str, entry: dict[str, Any]) -> None:
         logger.debug("cannot write %s: %s", path, exc)
 
 
+def _check(ident: str, digest: str) -> str:
+    """What an entry's ``check`` must be: its digest bound to the library identity it is for.
+
+    The digest cannot be verified without hashing the library (the cost this
+    cache saves); the check catches an edited or damaged digest, and one
+    copied from another library's entry.
+    """
+    return hashlib.sha256(f"{ident}|{digest}".encode()).hexdigest()[:32]
+
+
 def _cached_key(original: Callable[[], str]) -> tuple[str, str]:
     lib = api.libtriton_path()
     version = str(api.triton_version())
@@ -198,16 +209,31 @@ def _cached_key(original: Callable[[], str]) -> tuple[str, str]:
     entry = _load(path).get(ident)
     if isinstance(entry, dict):
         digest = entry.get("libtriton_sha256")
-        if isinstance(digest, str) and _HEX64.match(digest):
-            return api.compose_triton_key(digest), "hit"
-        if entry.get("unusable"):
+        if digest is None and entry.get("unusable"):
             return original(), "unusable"
+        if (
+            isinstance(digest, str)
+            and _HEX64.match(digest)
+            and entry.get("check") == _check(ident, digest)
+        ):
+            return api.compose_triton_key(digest), "hit"
+        # A wrong digest is a key no entry of any cache has: every lookup would miss, and
+        # every installed bundle entry would be ignored. Recompute it; the store below repairs.
+        # (an entry an earlier warmkit wrote has no check: recomputed once, quietly)
+        log = logger.warning if "check" in entry else logger.debug
+        log(
+            "%s: the stored digest of %s does not match its check (edited or damaged); "
+            "computing it again (~0.25 s) and repairing the entry",
+            path,
+            lib,
+        )
     value = original()
     sentinel = "\x00"
     prefix, suffix = api.compose_triton_key(sentinel).split(sentinel)
     middle = value[len(prefix) : len(value) - len(suffix)]
     if value.startswith(prefix) and value.endswith(suffix) and _HEX64.match(middle):
-        _store(path, ident, {"libtriton_sha256": middle, "path": str(lib)})
+        entry = {"libtriton_sha256": middle, "check": _check(ident, middle), "path": str(lib)}
+        _store(path, ident, entry)
         return value, "stored"
     logger.debug("Triton %s builds triton_key differently; not caching it", version)
     _store(path, ident, {"unusable": True, "path": str(lib)})
