@@ -337,3 +337,22 @@ class WorkerDiedError(WarmkitError, RuntimeError):
             f"{exitcode}) while compiling it: {detail}. The compiler crashes on this key; "
             "WARMKIT_COMPILE_PROCESSES=off compiles in-process (where a crash stops the warmup)"
         )
+
+
+def naming(exc: Exception, where: str) -> Exception:
+    """``exc`` with ``where`` in its message: the same type, so callers' ``except`` still match.
+
+    An exception of a type that cannot be rebuilt from one message (a custom
+    ``__init__``) keeps its own message and gets ``where`` as a note (PEP 678),
+    which the CLI and the report print with it.
+    """
+    if where in str(exc):
+        return exc
+    try:
+        named = type(exc)(f"{where}: {exc}")
+    except Exception:  # noqa: BLE001 -- a constructor of its own: a note instead
+        named = None
+    if named is None or where not in str(named):
+        exc.add_note(f"warmkit: {where}")
+        return exc
+    return named

@@ -27,7 +27,7 @@ import attrs
 
 from ._codec import _AS_IS, decode_value, encode_value
 from ._compat import process_froze_objects
-from ._exceptions import ManifestError, PluginLoadError
+from ._exceptions import ManifestError, PluginLoadError, naming
 from ._identity import manifest_pins
 from ._manifest import manifest_text, recorded_groups, write_atomic
 from ._record import (
@@ -237,7 +237,7 @@ class WarmupRegistry:
                     f"({reg.kernel_cls.__module__}.{reg.kernel_cls.__qualname__}), registration "
                     f"{dict(reg.space)!r}"
                 )
-                named = _naming(exc, f"while planning {where}")
+                named = naming(exc, f"while planning {where}")
                 if named is exc:
                     raise
                 raise named from exc
@@ -500,25 +500,6 @@ class WarmupRegistry:
         with _gc_paused(), one_scan():
             data, entries = read_manifest(path)
             return cls._from_data(data, path, keep=True, entries=entries)
-
-
-def _naming(exc: Exception, where: str) -> Exception:
-    """``exc`` with ``where`` in its message: the same type, so callers' ``except`` still match.
-
-    An exception of a type that cannot be rebuilt from one message (a custom
-    ``__init__``) keeps its own message and gets ``where`` as a note (PEP 678),
-    which the CLI and the report print with it.
-    """
-    if where in str(exc):
-        return exc
-    try:
-        named = type(exc)(f"{where}: {exc}")
-    except Exception:  # noqa: BLE001 -- a constructor of its own: a note instead
-        named = None
-    if named is None or where not in str(named):
-        exc.add_note(f"warmkit: {where}")
-        return exc
-    return named
 
 
 @contextlib.contextmanager
