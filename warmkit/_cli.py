@@ -402,7 +402,7 @@ def _run_child(cmd: list[str], env: dict[str, str]) -> int:
 def _cmd_record(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from ._record import expand_path, read_recorded
+    from ._record import Recorder, expand_path, read_recorded
 
     cmd = _command(args)
     out = Path(args.output).absolute()
@@ -418,6 +418,11 @@ def _cmd_record(args: argparse.Namespace) -> int:
     paths = (
         sorted(out.parent.glob(out.name.replace("{rank}", "*"))) if "{rank}" in out.name else [out]
     )
+    if not any(p.exists() for p in paths):
+        # The run compiled nothing: say so with a valid, empty manifest, so the next
+        # step of a CI chain (`record && coverage`, `run -m`) reads 0 instead of failing.
+        Recorder(plain).ensure_written()
+        paths = [plain]
     entries = {}
     for path in paths:
         if path.exists():

@@ -570,10 +570,24 @@ class Recorder:
                 self.added += len(new)
         return len(new)
 
-    def _merge(self, entries: list[RecordedEntry]) -> None:
+    def ensure_written(self) -> bool:
+        """Write a manifest with no entries unless the file exists; True when it wrote one.
+
+        A recorded run that compiled nothing still leaves a valid manifest, so
+        ``warmkit record ... && warmkit coverage`` (or ``warmkit run -m``) works
+        and says 0.
+        """
         from filelock import FileLock
 
-        from ._version import __version__
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with FileLock(str(self.path) + ".lock"):
+            if self.path.exists():
+                return False
+            write_atomic(self.path, manifest_text(_new_manifest(), []))
+        return True
+
+    def _merge(self, entries: list[RecordedEntry]) -> None:
+        from filelock import FileLock
 
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with FileLock(str(self.path) + ".lock"):
@@ -593,11 +607,7 @@ class Recorder:
                 if existing is None:
                     existing = parse_recorded(data, path=self.path, keep=True)
             else:
-                data = {
-                    "format": MANIFEST_FORMAT,
-                    "warmkit_version": __version__,
-                    "registrations": [],
-                }
+                data = _new_manifest()
                 existing = []
             have = {e.id for e in existing}
             added = [e for e in entries if e.id not in have]
@@ -608,6 +618,17 @@ class Recorder:
                 "version": MANIFEST_VERSION
             }
             write_atomic(self.path, manifest_text(data, existing + added))
+
+
+def _new_manifest() -> dict[str, Any]:
+    from ._version import __version__
+
+    return {
+        "format": MANIFEST_FORMAT,
+        "warmkit_version": __version__,
+        "registrations": [],
+        "version": MANIFEST_VERSION,
+    }
 
 
 def start_recording(path: str | os.PathLike[str]) -> Recorder:

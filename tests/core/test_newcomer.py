@@ -1,0 +1,64 @@
+"""What a newcomer hit first (issue 29): the ``warmkit`` commands' rough edges, each reproduced."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+
+def warmkit_cli(*argv: str, cwd: Path, env: dict[str, str] | None = None, timeout: int = 300):
+    base = {k: v for k, v in os.environ.items() if not k.startswith("WARMKIT_")}
+    return subprocess.run(
+        [sys.executable, "-m", "warmkit", *argv],
+        cwd=cwd,
+        env=base | (env or {}),
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+# -- record of a run that compiled nothing --------------------------------------------------
+
+
+def test_record_of_a_run_that_compiled_nothing_writes_an_empty_manifest_the_chain_reads(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "run.json"
+    rec = warmkit_cli("record", "-o", str(out), "--", sys.executable, "-c", "pass", cwd=tmp_path)
+    assert rec.returncode == 0, rec.stderr
+    assert f"recorded 0 specialization(s) of 0 kernel(s) (0 new) into {out}" in rec.stdout
+    assert json.loads(out.read_text())["format"] == "warmkit.manifest"
+    # the CI chain `record && coverage` and the replay `run -m` go on, and say 0
+    cov = warmkit_cli("coverage", str(out), "--recorded", str(out), "--json", cwd=tmp_path)
+    assert cov.returncode == 0, cov.stderr
+    assert json.loads(cov.stdout) == {"ok": True, "total": 0, "covered": 0, "missed": []}
+    run = warmkit_cli(
+        "run", "-m", str(out), "--", sys.executable, "-c", "print('child ran')", cwd=tmp_path
+    )
+    assert run.returncode == 0, run.stderr
+    assert "child ran" in run.stdout
+
+
+def test_record_json_lists_the_empty_manifest_it_wrote(tmp_path: Path) -> None:
+    out = tmp_path / "sub" / "run.json"
+    rec = warmkit_cli(
+        "record", "--json", "-o", str(out), "--", sys.executable, "-c", "pass", cwd=tmp_path
+    )
+    assert rec.returncode == 0, rec.stderr
+    data = json.loads(rec.stdout)
+    assert (data["output"], data["specializations"]) == ([str(out)], 0)
+    assert out.is_file()
+
+
+def test_an_existing_manifest_is_left_as_it_was(tmp_path: Path) -> None:
+    out = tmp_path / "run.json"
+    out.write_text("not json")  # not ours to overwrite: record writes only when nothing is there
+    rec = warmkit_cli("record", "-o", str(out), "--", sys.executable, "-c", "pass", cwd=tmp_path)
+    assert out.read_text() == "not json"
+    assert rec.returncode == 2
+    assert f"{out}: invalid JSON" in rec.stderr
