@@ -402,9 +402,12 @@ def _run_child(cmd: list[str], env: dict[str, str]) -> int:
 def _cmd_record(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from ._record import Recorder, expand_path, read_recorded
+    from ._record import Recorder, expand_path, nothing_recorded_hint, read_recorded, record_refusal
 
     cmd = _command(args)
+    refusal = record_refusal(os.environ)
+    if refusal is not None:
+        raise ValueError(f"warmkit record: {refusal}")
     out = Path(args.output).absolute()
     env = dict(os.environ, WARMKIT_RECORD=str(out))
     env.pop("WARMKIT_MANIFEST", None)
@@ -429,6 +432,9 @@ def _cmd_record(args: argparse.Namespace) -> int:
             for e in read_recorded(path):
                 entries.setdefault(e.id, e)
     kernels = sorted({e.name for e in entries.values()})
+    hint = nothing_recorded_hint(rc) if rc != 0 and not entries else None
+    if hint is not None:
+        logger.error("warmkit record: %s", hint)
     bad = [e for e in entries.values() if not e.replayable]
     summary = {
         "output": [str(p) for p in paths],

@@ -756,3 +756,48 @@ def resolve_recorded(entries: Iterable[RecordedEntry]) -> list[RecordedItem]:
             continue
         items.append(make((entry, kernel, key, None)))  # RecordedItem(entry, kernel, key)
     return items
+
+
+# -- what recording needs from the host ---------------------------------------------------------
+
+_TRUE = ("1", "true", "yes", "on", "y")  # how Triton's knobs read a boolean variable
+
+
+def record_refusal(env: Mapping[str, str]) -> str | None:
+    """Why ``warmkit record`` would record nothing of a command run with ``env``, or None.
+
+    Raw kernels are recorded when they compile. Under ``TRITON_INTERPRET=1``
+    Triton interprets every kernel and compiles none, so a recording would be
+    empty and a ``record && coverage`` CI step would pass on nothing. (Named
+    here, not in the Triton plugin, because the check runs before anything,
+    the plugin included, is imported.)
+    """
+    if env.get("TRITON_INTERPRET", "").strip().lower() in _TRUE:
+        return (
+            "TRITON_INTERPRET is set: Triton then interprets kernels and compiles none, so "
+            "nothing would be recorded; unset TRITON_INTERPRET and record on a GPU host "
+            "(docs/record.md, 'What recording needs')"
+        )
+    return None
+
+
+def nothing_recorded_hint(exit_code: int) -> str | None:
+    """One line for a recorded command that failed and compiled nothing on a host with no GPU.
+
+    Raw kernels compile when they launch, and they launch only on a GPU (on a
+    host without one Triton's launch fails with "0 active drivers"), so the
+    command most likely failed for that reason. None when a backend sees a device.
+    """
+    from ._plugins import discover, get_backend
+
+    for info in discover("warmkit.backends"):
+        try:
+            if get_backend(info.name).default_target() is not None:
+                return None
+        except Exception:  # noqa: BLE001 - an unavailable backend sees no device either
+            logger.debug("backend %s: no default target", info.name, exc_info=True)
+    return (
+        f"the command failed (exit {exit_code}) and compiled nothing, and no backend sees a GPU "
+        "on this host: raw kernels are recorded when they launch, which needs a GPU (Triton: "
+        "'0 active drivers'); record on a GPU host (docs/record.md, 'What recording needs')"
+    )

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 
 def warmkit_cli(*argv: str, cwd: Path, env: dict[str, str] | None = None, timeout: int = 300):
     base = {k: v for k, v in os.environ.items() if not k.startswith("WARMKIT_")}
@@ -62,3 +64,40 @@ def test_an_existing_manifest_is_left_as_it_was(tmp_path: Path) -> None:
     assert out.read_text() == "not json"
     assert rec.returncode == 2
     assert f"{out}: invalid JSON" in rec.stderr
+
+
+# -- recording raw kernels needs a GPU ------------------------------------------------------
+
+
+def test_record_refuses_triton_interpret_naming_it(tmp_path: Path) -> None:
+    out = tmp_path / "run.json"
+    rec = warmkit_cli(
+        "record", "-o", str(out), "--", sys.executable, "-c", "pass",
+        cwd=tmp_path, env={"TRITON_INTERPRET": "1"},
+    )  # fmt: skip
+    assert rec.returncode == 2
+    line = rec.stderr.strip()
+    assert line.startswith("warmkit: error: ValueError: warmkit record: TRITON_INTERPRET is set")
+    assert "unset TRITON_INTERPRET and record on a GPU host" in line
+    assert len(line.splitlines()) == 1
+    assert not out.exists()  # refused before the command ran: no empty manifest to pass CI on
+
+
+def test_a_failed_recording_on_a_host_without_a_gpu_says_why(tmp_path: Path) -> None:
+    from warmkit._plugins import discover, get_backend
+
+    for info in discover("warmkit.backends"):
+        try:
+            seen = get_backend(info.name).default_target()
+        except Exception:  # noqa: BLE001
+            seen = None
+        if seen is not None:
+            pytest.skip(f"backend {info.name} sees a device ({seen}): the hint is for CPU hosts")
+    out = tmp_path / "run.json"
+    fail = "raise SystemExit(3)"  # what a launch on a host with no driver ends as
+    rec = warmkit_cli("record", "-o", str(out), "--", sys.executable, "-c", fail, cwd=tmp_path)
+    assert rec.returncode == 3
+    hints = [line for line in rec.stderr.splitlines() if "no backend sees a GPU" in line]
+    assert len(hints) == 1, rec.stderr
+    assert "the command failed (exit 3) and compiled nothing" in hints[0]
+    assert "record on a GPU host" in hints[0]
