@@ -794,7 +794,7 @@ def nothing_recorded_hint(exit_code: int) -> str | None:
         try:
             if get_backend(info.name).default_target() is not None:
                 return None
-        except Exception:  # noqa: BLE001 - an unavailable backend sees no device either
+        except Exception:  # an unavailable backend sees no device either
             logger.debug("backend %s: no default target", info.name, exc_info=True)
     return (
         f"the command failed (exit {exit_code}) and compiled nothing, and no backend sees a GPU "
