@@ -15,12 +15,15 @@ Exit codes (also in ``warmkit --help``):
 * 1 also: ``warmkit coverage`` found specializations the manifest misses;
   ``warmkit record``/``warmkit run`` return the command's own exit code;
 
-An error prints one line; ``-v`` adds the traceback and full compiler logs.
+An error prints one line; ``-v`` adds the traceback and full compiler logs. With
+``--json``, stdout is one JSON document: anything else written to stdout meanwhile
+(a library's log lines, C code, the command of ``record``/``run``) goes to stderr.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -91,7 +94,7 @@ def _cmd_list(args: argparse.Namespace) -> int:
         for i in discover(KERNELS_GROUP)
     ]
     if args.json:
-        print(json.dumps({"backends": backends, "kernels": kernels}, indent=2))
+        _print_json(json.dumps({"backends": backends, "kernels": kernels}, indent=2))
         return EXIT_OK
     print("backends:")
     for b in backends:
@@ -139,7 +142,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
             line = f"NOT REPLAYABLE ({e.reason}) {e.id}"
         recorded.setdefault(e.name, []).append(line)
     if args.json:
-        print(json.dumps(plan | {"recorded": recorded} if recorded else plan, indent=2))
+        _print_json(json.dumps(plan | {"recorded": recorded} if recorded else plan, indent=2))
         return EXIT_OK
     notes = _tuning_notes(registry, target)
     for title, section in (("", plan), (" [recorded]", recorded)):
@@ -233,7 +236,7 @@ def _cmd_bundle(args: argparse.Namespace) -> int:
         )
         info = inspect_bundle(args.output)
         if args.json:
-            print(json.dumps(info["totals"] | {"output": args.output}, indent=2))
+            _print_json(json.dumps(info["totals"] | {"output": args.output}, indent=2))
         else:
             t = info["totals"]
             print(
@@ -258,7 +261,7 @@ def _cmd_bundle(args: argparse.Namespace) -> int:
             "prepared": result.prepared,
         }
         if args.json:
-            print(json.dumps(summary, indent=2))
+            _print_json(json.dumps(summary, indent=2))
         else:
             signed = f" (signature by trusted key {result.signed_by})" if result.signed_by else ""
             print(
@@ -278,7 +281,7 @@ def _cmd_bundle(args: argparse.Namespace) -> int:
         return EXIT_OK
     info = inspect_bundle(args.bundle)
     if args.json:
-        print(json.dumps(info, indent=2))
+        _print_json(json.dumps(info, indent=2))
         return EXIT_OK
     t = info["totals"]
     print(
@@ -360,7 +363,7 @@ def _cmd_cache(args: argparse.Namespace) -> int:
         }
     n_bad = sum(len(r["bad"]) for r in result.values())
     if args.json:
-        print(json.dumps(result, indent=2))
+        _print_json(json.dumps(result, indent=2))
     else:
         for name, r in result.items():
             print(f"{name}: {r['directory']}: {r['entries']} entr(ies), {len(r['bad'])} bad")
@@ -445,7 +448,7 @@ def _cmd_record(args: argparse.Namespace) -> int:
         "unreplayable": [{"kernel": e.name, "reason": e.reason} for e in bad],
     }
     if args.json:
-        print(json.dumps(summary, indent=2))
+        _print_json(json.dumps(summary, indent=2))
     else:
         print(
             f"recorded {summary['specializations']} specialization(s) of {len(kernels)} "
@@ -481,7 +484,7 @@ def _cmd_coverage(args: argparse.Namespace) -> int:
 
     registry = WarmupRegistry.load(args.manifest)
     report = coverage(registry, read_recorded(args.recorded), target=args.target)
-    print(json.dumps(report.to_dict(), indent=2) if args.json else report.text())
+    _print_json(json.dumps(report.to_dict(), indent=2) if args.json else report.text())
     return EXIT_OK if report.ok else EXIT_FAILED
 
 
@@ -512,7 +515,7 @@ def _cmd_cache_upkeep(args: argparse.Namespace) -> int:
         else:
             result[name] = _cache.pull_cache(backend, args.url)
     if args.json:
-        print(json.dumps(result, indent=2, default=str))
+        _print_json(json.dumps(result, indent=2, default=str))
         return EXIT_FAILED if any(r.get("refused") for r in result.values()) else EXIT_OK
     for name, r in result.items():
         if cmd == "info":
@@ -550,12 +553,65 @@ def _envs_target() -> str | None:
 
 
 def _print_report(report: Any, as_json: bool, verbose: int = 0) -> None:
-    print(report.to_json() if as_json else report.table())
+    if as_json:
+        _print_json(report.to_json())
+    else:
+        print(report.table())
     if verbose:  # the full compiler logs that the table cut to their first and last lines
         for e in report.failures:
             if e.exception is not None:
                 print(f"--- {e.kernel} {e.key!r}:", file=sys.stderr)
                 traceback.print_exception(e.exception, file=sys.stderr)
+
+
+_json_out: list[Any] = []  # the real stdout while a --json command runs (see _json_stdout)
+
+
+def _print_json(text: str) -> None:
+    """Print the command's one JSON document: to the real stdout, also under ``--json``."""
+    print(text, file=_json_out[-1] if _json_out else sys.stdout)
+
+
+def _stdout_fd() -> int | None:
+    try:
+        return sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # replaced by a stream without one (tests)
+        return None
+
+
+@contextlib.contextmanager
+def _json_stdout(on: bool) -> Iterator[None]:
+    """Under ``--json``, stdout carries the JSON document and nothing else.
+
+    Everything else that writes to stdout while the command runs goes to
+    stderr: Python code through ``sys.stdout`` (TileLang's log handler writes
+    its INFO lines there), C code through file descriptor 1, and the child
+    process of ``warmkit record/run --json``, which inherits it.
+    """
+    if not on:
+        yield
+        return
+    saved = sys.stdout
+    saved.flush()
+    real_fd = os.dup(1) if _stdout_fd() == 1 else None
+    if real_fd is None:
+        out = saved  # not the process's stdout (a test's capture): Python-level only
+    else:
+        out = open(real_fd, "w", encoding=saved.encoding or "utf-8", closefd=False)  # noqa: SIM115
+        os.dup2(2, 1)
+    _json_out[:] = [out]
+    sys.stdout = sys.stderr
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        with contextlib.suppress(OSError):  # a closed pipe: main's BrokenPipeError handles it
+            out.flush()
+        sys.stdout = saved
+        _json_out.clear()
+        if real_fd is not None:
+            os.dup2(real_fd, 1)
+            os.close(real_fd)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -588,7 +644,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
     try:
-        return commands[args.command](args)
+        with _json_stdout(bool(getattr(args, "json", False))):
+            return commands[args.command](args)
     except KeyboardInterrupt as exc:
         report = getattr(exc, "report", None)
         if report is not None:

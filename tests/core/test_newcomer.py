@@ -101,3 +101,21 @@ def test_a_failed_recording_on_a_host_without_a_gpu_says_why(tmp_path: Path) -> 
     assert len(hints) == 1, rec.stderr
     assert "the command failed (exit 3) and compiled nothing" in hints[0]
     assert "record on a GPU host" in hints[0]
+
+
+# -- --json is one JSON document on stdout ----------------------------------------------------
+
+
+def test_record_json_keeps_the_commands_own_stdout_off_the_json(tmp_path: Path) -> None:
+    out = tmp_path / "run.json"
+    child = [sys.executable, "-c", "print('the command speaks')"]
+    rec = warmkit_cli("record", "--json", "-o", str(out), "--", *child, cwd=tmp_path)
+    assert rec.returncode == 0, rec.stderr
+    assert json.loads(rec.stdout)["output"] == [str(out)]  # all of stdout is the document
+    assert "the command speaks" in rec.stderr  # the command's stdout goes to stderr under --json
+
+
+def test_record_without_json_leaves_the_commands_stdout_alone(tmp_path: Path) -> None:
+    child = [sys.executable, "-c", "print('the command speaks')"]
+    rec = warmkit_cli("record", "-o", str(tmp_path / "r.json"), "--", *child, cwd=tmp_path)
+    assert rec.stdout.startswith("the command speaks\nrecorded 0 specialization(s)")
