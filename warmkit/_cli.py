@@ -40,6 +40,7 @@ from ._exceptions import (
     PluginLoadError,
     WarmupError,
 )
+from ._report import not_in_report
 from ._version import __version__
 
 __all__ = ["main"]
@@ -627,6 +628,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    for handler in logging.getLogger().handlers:  # the report table says it: not twice
+        handler.addFilter(not_in_report)
     if args.version:
         print(_versions())
         return EXIT_OK

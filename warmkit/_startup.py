@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from . import _envs
+from ._report import not_in_report
 
 __all__ = ["hook_environment", "main"]
 
@@ -73,8 +74,11 @@ def _configure_logging() -> None:
     if not any(isinstance(h, logging.StreamHandler) for h in log.handlers):
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(logging.Formatter("warmkit: %(levelname)s %(message)s"))
+        handler.addFilter(not_in_report)  # a failed warmup's table is printed: said once
         log.addHandler(handler)
         log.setLevel(logging.WARNING)
+        # Except this module's own lines: `warmkit run`'s one success line is news, not a warning.
+        logger.setLevel(logging.INFO)
 
 
 def main(hook_file: str | None = None) -> None:
@@ -106,12 +110,16 @@ def main(hook_file: str | None = None) -> None:
                 report = getattr(exc, "report", None)
                 if report is not None:
                     sys.stderr.write(report.table() + "\n")
-                logger.error("warmkit run: warmup of %s failed: %s", manifest, exc)
+                logger.error(
+                    "warmkit run: warmup of %s failed%s; the command did not run",
+                    manifest,
+                    " (the report above says why)" if report is not None else f": {exc}",
+                )
                 sys.stderr.flush()
                 # SystemExit inside sitecustomize is a fatal interpreter error with a traceback;
                 # the command must simply not run.
                 os._exit(1)
-            logger.warning(
+            logger.info(
                 "warmkit run: warmed %d key(s) of %s in %.2fs (%d compiled, %d cached); monitor %s",
                 len(report.entries),
                 manifest,

@@ -25,7 +25,7 @@ from ._exceptions import BackendUnavailableError, WarmupError
 from ._prepare import join as join_setup
 from ._record import resolve_recorded, start_recording
 from ._registry import _gc_paused
-from ._report import ReportEntry, WarmupReport
+from ._report import IN_REPORT, ReportEntry, WarmupReport, failure_lines
 from ._runner import CANCELLED, NOT_ATTEMPTED, run
 
 __all__ = ["warmup"]
@@ -234,9 +234,9 @@ def _warmup(
                 "on_error='collect' to attempt every key)"
             )
         else:
-            lines = "\n".join(f"  - {e.kernel} {e.key!r}: {e.error}" for e in failures)
+            lines = "\n".join(failure_lines(failures, "  - "))
             msg = f"warmup failed for {len(failures)} of {len(entries)} key(s):\n{lines}"
-        logger.error("%s", msg)
+        logger.error("%s", msg, extra=IN_REPORT)  # the table of a CLI says it: not twice
         raise WarmupError(
             msg,
             kernel=first.kernel,

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -119,3 +120,47 @@ def test_record_without_json_leaves_the_commands_stdout_alone(tmp_path: Path) ->
     child = [sys.executable, "-c", "print('the command speaks')"]
     rec = warmkit_cli("record", "-o", str(tmp_path / "r.json"), "--", *child, cwd=tmp_path)
     assert rec.stdout.startswith("the command speaks\nrecorded 0 specialization(s)")
+
+
+# -- one cause, said once ---------------------------------------------------------------------
+
+
+def _failed(kernel: str, n: int, error: str) -> Any:
+    from warmkit import ReportEntry
+
+    return ReportEntry(kernel, "fake", n, "failed", error=error)
+
+
+def test_the_table_says_a_cause_shared_by_many_keys_once() -> None:
+    from warmkit import WarmupReport
+
+    down = "StoreError: kernel '{}': the store redis://127.0.0.1:1 is down; start it"
+    entries = [_failed(f"k{i % 4}", i, down.format(f"k{i % 4}")) for i in range(96)]
+    entries.append(_failed("other", 0, "TypeError: kernel 'other': bad warmup_args"))
+    table = WarmupReport(enabled=True, entries=tuple(entries), seconds=1.0).table()
+    failed = [line for line in table.splitlines() if line.startswith(("FAILED", "    keys:"))]
+    assert failed == [
+        (
+            "FAILED 96 key(s) of 4 kernel(s) (k0, k1, k2 and 1 more): StoreError: the store "
+            "redis://127.0.0.1:1 is down; start it"
+        ),
+        "    keys: k0 0, k1 1, k2 2 and 93 more",
+        "FAILED other 0: TypeError: kernel 'other': bad warmup_args",  # alone: as it was
+    ]
+
+
+def test_needs_tuning_is_one_summary_line_not_one_per_key() -> None:
+    from warmkit import ReportEntry, WarmupReport
+
+    entries = tuple(
+        ReportEntry(f"k{i % 3}", "fake", i, "compiled", tuning="needs-device") for i in range(150)
+    )
+    table = WarmupReport(enabled=True, entries=entries, seconds=1.0).table()
+    lines = [line for line in table.splitlines() if "NEEDS TUNING" in line]
+    assert lines == [
+        (
+            "NEEDS TUNING ON A DEVICE: 150 autotuned key(s) of 3 kernel(s) (k0, k1, k2): every "
+            "config compiled, no known winner; a warmup on the GPU host benchmarks them once (--json "
+            "gives each key's 'tuning')"
+        )
+    ]

@@ -1,0 +1,88 @@
+"""A newcomer's first commands on a CPU host, with the docs' own kernels (issue 29, items 5 and 6)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import warmkit
+
+HERE = Path(__file__).parent
+CAUSE = "no GPU is visible to Triton"
+
+
+def _cli(*argv: str, tmp: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    base = {k: v for k, v in os.environ.items() if not k.startswith("WARMKIT_")}
+    base["TRITON_CACHE_DIR"] = str(tmp / "cache")
+    base["PYTHONPATH"] = os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])
+    return subprocess.run(
+        [sys.executable, "-m", "warmkit", *argv],
+        cwd=tmp,
+        env=base | env,
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+@pytest.fixture
+def manifest(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.syspath_prepend(str(HERE))
+    from _docs_tuned import HeurCopy, TunedScale
+
+    reg = warmkit.WarmupRegistry()
+    reg.add(TunedScale, n=[4096, 5000])
+    reg.add(HeurCopy, n=[100, 200, 300])
+    return reg.save(tmp_path / "deploy.json")
+
+
+@pytest.fixture
+def cpu_host() -> None:
+    from warmkit_triton import TritonBackend
+
+    if TritonBackend().default_target() is not None:
+        pytest.skip("a GPU (or TRITON_INTERPRET) is visible: these are a CPU host's messages")
+
+
+def test_warmup_without_a_target_says_the_one_cause_once(
+    manifest: Path, tmp_path: Path, cpu_host: None
+) -> None:
+    proc = _cli("warmup", str(manifest), tmp=tmp_path)
+    assert proc.returncode == 1
+    out = proc.stdout + proc.stderr
+    assert out.count(CAUSE) == 1, out
+    (line,) = [x for x in out.splitlines() if CAUSE in x]
+    assert line.startswith("FAILED 5 key(s) of 2 kernel(s) (_docs_tuned.TunedScale, ")
+    # the advice names what works everywhere, `warmkit run` included: no `run --target`
+    assert "WARMKIT_TARGET=cuda:90 in the environment (any warmkit command" in line
+    assert "on the warmkit command line" not in line
+    assert "    keys: _docs_tuned.TunedScale TunedScale.CompileKey(n=4096), " in out
+    assert "and 2 more" in out
+
+
+def test_run_without_a_gpu_says_the_cause_once_and_runs_nothing(
+    manifest: Path, tmp_path: Path, cpu_host: None
+) -> None:
+    child = [sys.executable, "-c", "print('the command ran')"]
+    proc = _cli("run", "-m", str(manifest), "--", *child, tmp=tmp_path)
+    assert proc.returncode == 1
+    assert "the command ran" not in proc.stdout
+    assert proc.stderr.count(CAUSE) == 1, proc.stderr
+    assert proc.stderr.rstrip().endswith(
+        f"warmkit: ERROR warmkit run: warmup of {manifest} failed (the report above says why); "
+        "the command did not run"
+    )
+
+
+def test_run_success_line_is_info_not_a_warning(manifest: Path, tmp_path: Path) -> None:
+    child = [sys.executable, "-c", "print('the command ran')"]
+    proc = _cli("run", "-m", str(manifest), "--", *child, tmp=tmp_path, WARMKIT_TARGET="cuda:90")
+    assert proc.returncode == 0, proc.stderr
+    assert "the command ran" in proc.stdout
+    assert f"warmkit: INFO warmkit run: warmed 5 key(s) of {manifest} in " in proc.stderr
+    assert "WARNING warmkit run" not in proc.stderr
