@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import subprocess
@@ -164,3 +165,31 @@ def test_needs_tuning_is_one_summary_line_not_one_per_key() -> None:
             "gives each key's 'tuning')"
         )
     ]
+
+
+# -- simple commands import no backend they do not need ---------------------------------------
+
+
+def test_list_reports_tilelang_and_cutedsl_without_importing_them(tmp_path: Path) -> None:
+    code = (
+        "import json, sys\n"
+        "from warmkit._cli import main\n"
+        "rc = main(['list', '--json'])\n"
+        "heavy = sorted(m for m in ('tilelang', 'tvm', 'cutlass', 'torch') if m in sys.modules)\n"
+        "print(json.dumps(heavy), file=sys.stderr)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, check=False
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stderr.strip().splitlines()[-1]) == []
+    backends = {b["name"]: b for b in json.loads(proc.stdout)["backends"]}
+    for name, dist in (("tilelang", "tilelang"), ("cutedsl", "nvidia-cutlass-dsl")):
+        if name not in backends:
+            continue
+        try:
+            version = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            assert backends[name]["available"] is False
+            continue
+        assert (backends[name]["available"], backends[name]["version"]) == (True, version)

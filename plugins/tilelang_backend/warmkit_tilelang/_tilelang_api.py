@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import importlib.metadata
+import importlib.util
 import os
 import platform
 import threading
@@ -89,7 +90,20 @@ def require_tilelang() -> ModuleType:
 
 
 def tilelang_version() -> str:
-    return str(require_tilelang().__version__)
+    """The installed TileLang's version, from its distribution's metadata: no import.
+
+    Importing TileLang (and TVM, torch) takes seconds; ``warmkit list`` and
+    ``available()`` need only whether it is installed and which version.
+
+    Raises:
+        TileLangNotInstalledError: no ``tilelang`` module is installed.
+    """
+    if importlib.util.find_spec("tilelang") is None:
+        raise TileLangNotInstalledError("tilelang is not installed")
+    try:
+        return importlib.metadata.version("tilelang")
+    except importlib.metadata.PackageNotFoundError:  # a source checkout: only the module knows
+        return str(require_tilelang().__version__)
 
 
 def tvm_ffi_version() -> str | None:
