@@ -615,6 +615,18 @@ def _json_stdout(on: bool) -> Iterator[None]:
             os.close(real_fd)
 
 
+def _quiet_fp_fusion_advice() -> None:
+    """Leave out Triton 3.9's advice to set ``TRITON_DEFAULT_FP_FUSION`` in warmkit's commands.
+
+    Any value of it, Triton's default ``1`` included, is part of Triton's cache
+    keys: a bundle built where it is set misses (and is refused) on every host
+    where it is not. Set it on every host or on none (docs/bundles.md).
+    """
+    import warnings
+
+    warnings.filterwarnings("ignore", message="TRITON_DEFAULT_FP_FUSION is unset")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code."""
     parser = make_parser()
@@ -630,6 +642,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     for handler in logging.getLogger().handlers:  # the report table says it: not twice
         handler.addFilter(not_in_report)
+    _quiet_fp_fusion_advice()
     if args.version:
         print(_versions())
         return EXIT_OK

@@ -86,3 +86,43 @@ def test_run_success_line_is_info_not_a_warning(manifest: Path, tmp_path: Path) 
     assert "the command ran" in proc.stdout
     assert f"warmkit: INFO warmkit run: warmed 5 key(s) of {manifest} in " in proc.stderr
     assert "WARNING warmkit run" not in proc.stderr
+
+
+# -- Triton's FP-fusion advice -----------------------------------------------------------------
+
+ADVICE = "TRITON_DEFAULT_FP_FUSION is unset"
+
+
+def test_warmkit_commands_do_not_pass_on_tritons_fp_fusion_advice(
+    manifest: Path, tmp_path: Path
+) -> None:
+    proc = _cli("warmup", str(manifest), "--target", "cuda:90", tmp=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert ADVICE not in proc.stderr
+
+
+def test_a_bundle_built_with_fp_fusion_set_is_refused_naming_the_variable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Why following the advice breaks bundles: any value, Triton's default 1 included, is
+    # part of Triton's own cache keys, so the entries would never be looked up elsewhere.
+    monkeypatch.syspath_prepend(str(HERE))
+    from _docs_tuned import HeurCopy
+
+    reg = warmkit.WarmupRegistry()
+    reg.add(HeurCopy, n=[100])
+    manifest = reg.save(tmp_path / "one.json")
+    bundle = tmp_path / "one.wkb"
+    built = _cli(
+        "bundle", "build", str(manifest), "--target", "cuda:90", "-o", str(bundle),
+        tmp=tmp_path, TRITON_DEFAULT_FP_FUSION="1",
+    )  # fmt: skip
+    assert built.returncode == 0, built.stderr
+    (tmp_path / "serving").mkdir()
+    proc = _cli(
+        "bundle", "install", str(bundle), "--target", "cuda:90",
+        tmp=tmp_path, TRITON_CACHE_DIR=str(tmp_path / "serving"),
+    )  # fmt: skip
+    assert proc.returncode == 1
+    assert "TRITON_DEFAULT_FP_FUSION" in proc.stderr
+    assert "Rebuild the bundle with the same env as this host" in proc.stderr
