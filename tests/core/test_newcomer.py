@@ -193,3 +193,18 @@ def test_list_reports_tilelang_and_cutedsl_without_importing_them(tmp_path: Path
             assert backends[name]["available"] is False
             continue
         assert (backends[name]["available"], backends[name]["version"]) == (True, version)
+
+
+# -- a misspelt WARMKIT_* name --------------------------------------------------------------
+
+
+def test_a_misspelt_variable_is_named_once_with_a_did_you_mean(tmp_path: Path) -> None:
+    proc = warmkit_cli(
+        "list", cwd=tmp_path, env={"WARMKIT_TARGTE": "cuda:90", "WARMKIT_TRITON_VERIFY": "0"}
+    )
+    assert proc.returncode == 0, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if "not a warmkit variable" in line]
+    assert lines == [
+        "WARNING warmkit._envs: WARMKIT_TARGTE is set but is not a warmkit variable, so it is "
+        "ignored; did you mean WARMKIT_TARGET? (docs/configuration.md lists them)"
+    ]  # a plugin's own variable (WARMKIT_TRITON_VERIFY) is not flagged
