@@ -258,7 +258,7 @@ _checked_names = False
 def _warn_misspelt_once() -> None:
     """Warn once per process about a set ``WARMKIT_*`` name that is close to a known one.
 
-    A misspelt variable (``WARMKIT_TARGTE``) would otherwise be ignored
+    A misspelt variable (a typo of ``WARMKIT_TARGET``) would otherwise be ignored
     silently. Only names close to the core's are flagged, so plugins'
     variables (``WARMKIT_TRITON_*``, in their own tables) are never called unknown.
     """

@@ -205,6 +205,8 @@ def test_a_misspelt_variable_is_named_once_with_a_did_you_mean(tmp_path: Path) -
     assert proc.returncode == 0, proc.stderr
     lines = [line for line in proc.stderr.splitlines() if "not a warmkit variable" in line]
     assert lines == [
-        "WARNING warmkit._envs: WARMKIT_TARGTE is set but is not a warmkit variable, so it is "
-        "ignored; did you mean WARMKIT_TARGET? (docs/configuration.md lists them)"
+        (
+            "WARNING warmkit._envs: WARMKIT_TARGTE is set but is not a warmkit variable, so it is "
+            "ignored; did you mean WARMKIT_TARGET? (docs/configuration.md lists them)"
+        )
     ]  # a plugin's own variable (WARMKIT_TRITON_VERIFY) is not flagged
