@@ -406,7 +406,8 @@ def _run_child(cmd: list[str], env: dict[str, str]) -> int:
 def _cmd_record(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from ._record import Recorder, expand_path, nothing_recorded_hint, read_recorded, record_refusal
+    from ._record import Recorder, expand_path, read_recorded
+    from ._startup import nothing_recorded_hint, record_refusal
 
     cmd = _command(args)
     refusal = record_refusal(os.environ)

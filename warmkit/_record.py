@@ -570,29 +570,25 @@ class Recorder:
                 self.added += len(new)
         return len(new)
 
-    def ensure_written(self) -> bool:
-        """Write a manifest with no entries unless the file exists; True when it wrote one.
+    def ensure_written(self) -> None:
+        """Write a manifest with no entries unless the file exists.
 
         A recorded run that compiled nothing still leaves a valid manifest, so
-        ``warmkit record ... && warmkit coverage`` (or ``warmkit run -m``) works
-        and says 0.
+        ``warmkit record ... && warmkit coverage`` (or ``warmkit run -m``) reads 0.
         """
-        from filelock import FileLock
-
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with FileLock(str(self.path) + ".lock"):
-            if self.path.exists():
-                return False
-            write_atomic(self.path, manifest_text(_new_manifest(), []))
-        return True
+        with self._lock:
+            self._merge([])
 
     def _merge(self, entries: list[RecordedEntry]) -> None:
         from filelock import FileLock
 
+        from ._version import __version__
+
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with FileLock(str(self.path) + ".lock"):
             data: dict[str, Any]
-            if self.path.exists():
+            existed = self.path.exists()
+            if existed:
                 data, stored = read_manifest(self.path)
                 if not isinstance(data, dict) or data.get("format") != MANIFEST_FORMAT:
                     raise ManifestError(
@@ -607,28 +603,21 @@ class Recorder:
                 if existing is None:
                     existing = parse_recorded(data, path=self.path, keep=True)
             else:
-                data = _new_manifest()
+                data = {
+                    "format": MANIFEST_FORMAT,
+                    "warmkit_version": __version__,
+                    "registrations": [],
+                }
                 existing = []
             have = {e.id for e in existing}
             added = [e for e in entries if e.id not in have]
-            if not added:
+            if not added and existed:
                 return
             # Written as version 2 (a version-1 file is upgraded; its registrations are the same).
             data = {k: v for k, v in data.items() if k != "recorded"} | {
                 "version": MANIFEST_VERSION
             }
             write_atomic(self.path, manifest_text(data, existing + added))
-
-
-def _new_manifest() -> dict[str, Any]:
-    from ._version import __version__
-
-    return {
-        "format": MANIFEST_FORMAT,
-        "warmkit_version": __version__,
-        "registrations": [],
-        "version": MANIFEST_VERSION,
-    }
 
 
 def start_recording(path: str | os.PathLike[str]) -> Recorder:
@@ -756,48 +745,3 @@ def resolve_recorded(entries: Iterable[RecordedEntry]) -> list[RecordedItem]:
             continue
         items.append(make((entry, kernel, key, None)))  # RecordedItem(entry, kernel, key)
     return items
-
-
-# -- what recording needs from the host ---------------------------------------------------------
-
-_TRUE = ("1", "true", "yes", "on", "y")  # how Triton's knobs read a boolean variable
-
-
-def record_refusal(env: Mapping[str, str]) -> str | None:
-    """Why ``warmkit record`` would record nothing of a command run with ``env``, or None.
-
-    Raw kernels are recorded when they compile. Under ``TRITON_INTERPRET=1``
-    Triton interprets every kernel and compiles none, so a recording would be
-    empty and a ``record && coverage`` CI step would pass on nothing. (Named
-    here, not in the Triton plugin, because the check runs before anything,
-    the plugin included, is imported.)
-    """
-    if env.get("TRITON_INTERPRET", "").strip().lower() in _TRUE:
-        return (
-            "TRITON_INTERPRET is set: Triton then interprets kernels and compiles none, so "
-            "nothing would be recorded; unset TRITON_INTERPRET and record on a GPU host "
-            "(docs/record.md, 'What recording needs')"
-        )
-    return None
-
-
-def nothing_recorded_hint(exit_code: int) -> str | None:
-    """One line for a recorded command that failed and compiled nothing on a host with no GPU.
-
-    Raw kernels compile when they launch, and they launch only on a GPU (on a
-    host without one Triton's launch fails with "0 active drivers"), so the
-    command most likely failed for that reason. None when a backend sees a device.
-    """
-    from ._plugins import discover, get_backend
-
-    for info in discover("warmkit.backends"):
-        try:
-            if get_backend(info.name).default_target() is not None:
-                return None
-        except Exception:  # an unavailable backend sees no device either
-            logger.debug("backend %s: no default target", info.name, exc_info=True)
-    return (
-        f"the command failed (exit {exit_code}) and compiled nothing, and no backend sees a GPU "
-        "on this host: raw kernels are recorded when they launch, which needs a GPU (Triton: "
-        "'0 active drivers'); record on a GPU host (docs/record.md, 'What recording needs')"
-    )
