@@ -205,16 +205,23 @@ def coverage(
             a default, ``"cuda:90"`` for Triton); no GPU is needed.
 
     Raises:
+        ValueError: a backend of the manifest or the run rejects ``target``.
         Whatever planning the declared registrations raises (a registration
         that no longer plans is an error, not "uncovered").
     """
     from ._plugins import get_backend, kernel_ref
 
+    from ._warmup import check_target
+
+    entries = list(run)
+    resolved = registry.resolve()
+    used = {type(k).backend for k, _ in resolved.values()} | {e.backend for e in entries}
+    check_target(target, sorted(b for b in used if b is not None))  # as every command does
     have = {_ident(e) for e in registry.recorded()}
     declared_raw: dict[str, list[dict[str, Any]]] = {}
     declared_keys: set[str] = set()
     declared_tuned: set[str] = set()
-    for name, (kernel, keys) in registry.resolve().items():
+    for name, (kernel, keys) in resolved.items():
         cls = type(kernel)
         ref = kernel_ref(cls)
         for key in keys:
@@ -236,7 +243,6 @@ def coverage(
             declared_raw.setdefault(path, []).append(spec)
             have.add(json.dumps([cls.backend, "raw", path, spec], sort_keys=True))
     have |= declared_keys
-    entries = list(run)
     missed = []
     for entry in entries:
         if _ident(entry) in have or _entry_tuned_ident(entry) in declared_tuned:

@@ -119,3 +119,15 @@ def test_a_declared_autotuned_key_covers_its_raw_autotune_on_any_gpu(deploy: Pat
         sys.path.remove(str(HERE))
     assert (report.total, report.covered) == (3, 2)
     assert report.missed[0].entry.spec["autotune"]["key"]["tuple"][0] == 4097
+
+
+def test_cli_coverage_refuses_an_unknown_target_like_every_command(
+    deploy: Path, run: Path, env: dict[str, str]
+) -> None:
+    proc = _cli("coverage", str(deploy), "--recorded", str(run), "--target", "cuda:999", env=env)
+    assert proc.returncode == 2
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith(
+        "warmkit: error: ValueError: target 'cuda:999' (backend 'triton'): unknown Triton target"
+    )
+    assert "supported: cuda:75" in line
