@@ -210,7 +210,6 @@ def coverage(
         that no longer plans is an error, not "uncovered").
     """
     from ._plugins import get_backend, kernel_ref
-
     from ._warmup import check_target
 
     entries = list(run)
