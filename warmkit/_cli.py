@@ -515,7 +515,7 @@ def _cmd_cache_upkeep(args: argparse.Namespace) -> int:
         elif cmd == "push":
             result[name] = _cache.push_cache(backend, args.url, root)
         else:
-            result[name] = _cache.pull_cache(backend, args.url)
+            result[name] = _cache.pull_cache(backend, args.url, root)
     if args.json:
         _print_json(json.dumps(result, indent=2, default=str))
         return EXIT_FAILED if any(r.get("refused") for r in result.values()) else EXIT_OK

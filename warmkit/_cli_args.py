@@ -151,6 +151,7 @@ def make_parser() -> argparse.ArgumentParser:
     for verb, what in (("push", "copy complete local entries to"), ("pull", "install entries of")):
         c = csub.add_parser(verb, help=f"{what} a store (redis://..., or a directory)")
         c.add_argument("url", help="the store: redis://host:port/db, rediss://..., or a directory")
+        _cache_dir_option(c, f"{verb} BACKEND's entries of DIR instead of its default cache")
         c.add_argument("--json", action="store_true", help=_JSON)
 
     s = sub.add_parser("record", help="run a command, recording every runtime JIT compile")

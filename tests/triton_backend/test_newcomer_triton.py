@@ -126,3 +126,29 @@ def test_a_bundle_built_with_fp_fusion_set_is_refused_naming_the_variable(
     assert proc.returncode == 1
     assert "TRITON_DEFAULT_FP_FUSION" in proc.stderr
     assert "Rebuild the bundle with the same env as this host" in proc.stderr
+
+
+# -- push and pull take --cache-dir, as docs/fleet.md says every cache command does -----------
+
+
+def test_push_and_pull_take_cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(HERE))
+    from _docs_tuned import HeurCopy
+
+    reg = warmkit.WarmupRegistry()
+    reg.add(HeurCopy, n=[100])
+    manifest = reg.save(tmp_path / "one.json")
+    built, serving, store = tmp_path / "built", tmp_path / "serving", tmp_path / "store"
+    serving.mkdir()
+    warm = _cli(
+        "warmup", str(manifest), "--target", "cuda:90", tmp=tmp_path, TRITON_CACHE_DIR=str(built)
+    )
+    assert warm.returncode == 0, warm.stderr
+    push = _cli("cache", "push", str(store), "--cache-dir", f"triton={built}", tmp=tmp_path)
+    assert push.returncode == 0, push.stderr
+    assert push.stdout.startswith(f"triton -> {store}: 1 pushed, 0 already there, 0 skipped")
+    pull = _cli("cache", "pull", str(store), "--cache-dir", f"triton={serving}", tmp=tmp_path)
+    assert pull.returncode == 0, pull.stderr
+    assert pull.stdout.startswith(f"triton <- {store}: 1 pulled, 0 already here, 0 refused")
+    assert sorted(p.name for p in serving.iterdir()) == sorted(p.name for p in built.iterdir())
+    assert not (tmp_path / "cache").exists()  # the default cache (TRITON_CACHE_DIR) is untouched
