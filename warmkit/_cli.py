@@ -91,12 +91,14 @@ def _cmd_list(args: argparse.Namespace) -> int:
             "distribution_version": i.version,
             "entry_point": i.value,
             **({"conflicts": list(i.conflicts)} if i.conflicts else {}),
+            **(_kernel_problem(i.name) if args.check else {}),
         }
         for i in discover(KERNELS_GROUP)
     ]
+    code = EXIT_FAILED if any("problem" in k for k in kernels) else EXIT_OK
     if args.json:
         _print_json(json.dumps({"backends": backends, "kernels": kernels}, indent=2))
-        return EXIT_OK
+        return code
     print("backends:")
     for b in backends:
         state = "available" if b["available"] else "unavailable"
@@ -113,9 +115,27 @@ def _cmd_list(args: argparse.Namespace) -> int:
         print(
             f"  {k['name']:<28} {k['entry_point']}  [{k['distribution']} {k['distribution_version']}]"
         )
+        if "problem" in k:
+            print(f"    UNUSABLE: {k['problem']}")
     if not kernels:
         print("  (none)")
-    return EXIT_OK
+    return code
+
+
+def _kernel_problem(name: str) -> dict[str, str]:
+    """``{"problem": why}`` when a kernel entry point would be refused by ``plan``/``warmup``.
+
+    A raw ``@triton.jit`` function (or anything not a ``JitKernel`` subclass)
+    installs and lists fine but plans nothing; ``list --check`` says so up
+    front. Opt-in: loading a kernel imports its module (torch, for some).
+    """
+    from ._plugins import load_kernel
+
+    try:
+        load_kernel(name)
+    except (LookupError, TypeError, PluginLoadError) as exc:
+        return {"problem": f"{exc}; `warmkit plan` and `warmup` refuse it"}
+    return {}
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:

@@ -62,6 +62,13 @@ def make_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", parser_class=_Parser)
 
     s = sub.add_parser("list", help="installed backends and kernels")
+    s.add_argument(
+        "--check",
+        action="store_true",
+        help="also load each kernel entry point and flag one that plan/warmup would refuse "
+        "(a raw @triton.jit function, not a JitKernel); exit 1 if any (imports the kernels' "
+        "modules: slower)",
+    )
     s.add_argument("--json", action="store_true", help=_JSON)
 
     s = sub.add_parser("plan", help="the keys a manifest expands to, per kernel")

@@ -210,3 +210,29 @@ def test_a_misspelt_variable_is_named_once_with_a_did_you_mean(tmp_path: Path) -
             "ignored; did you mean WARMKIT_TARGET? (docs/configuration.md lists them)"
         )
     ]  # a plugin's own variable (WARMKIT_TRITON_VERIFY) is not flagged
+
+
+# -- list --check flags a kernel entry point that plan refuses -----------------------------
+
+
+def test_list_check_flags_an_entry_point_that_is_not_a_kernel(capsys, fake_backend) -> None:
+    from warmkit._cli import main
+
+    from . import _kernels
+
+    fake_backend.add_dist(
+        "raw-kernels", "0.1", kernels={"raw.fn": f"{_kernels.__name__}:next_pow2"}
+    )
+    assert main(["list"]) == 0  # without --check nothing is imported: listed as installed
+    capsys.readouterr()
+    assert main(["list", "--check"]) == 1
+    out = capsys.readouterr().out
+    (line,) = [x for x in out.splitlines() if "UNUSABLE" in x]
+    assert line.startswith(
+        f"    UNUSABLE: kernel 'raw.fn' resolves to {_kernels.next_pow2!r}, which is not a "
+        "JitKernel subclass"
+    )
+    assert line.endswith("`warmkit plan` and `warmup` refuse it")
+    assert main(["list", "--check", "--json"]) == 1
+    raw = [k for k in json.loads(capsys.readouterr().out)["kernels"] if k["name"] == "raw.fn"]
+    assert "not a JitKernel subclass" in raw[0]["problem"]
