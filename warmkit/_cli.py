@@ -652,6 +652,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code."""
     parser = make_parser()
     args = parser.parse_args(argv)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.addFilter(not_in_report)  # a failed warmup's table says it: not twice
     logging.basicConfig(
         level=logging.DEBUG
         if args.verbose > 1
@@ -659,10 +661,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.verbose
         else logging.WARNING,
         format="%(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
+        handlers=[handler],  # installed only where the root logger has none yet
     )
-    for handler in logging.getLogger().handlers:  # the report table says it: not twice
-        handler.addFilter(not_in_report)
     _quiet_fp_fusion_advice()
     if args.version:
         print(_versions())

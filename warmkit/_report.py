@@ -6,6 +6,8 @@ import functools
 import json
 import math
 import re
+import sys
+import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -255,6 +257,43 @@ def failure_lines(failures: Iterable[ReportEntry], lead: str, most: int = 3) -> 
         more = f" and {len(group) - most} more" if len(group) > most else ""
         lines.append(f"    keys: {keys}{more}")
     return lines
+
+
+class LineProgress:
+    """Progress for a stderr that is not a terminal (a CI log): one line per 10 % or 10 s.
+
+    A bar redrawn with carriage returns is noise in a log file, and silence
+    until the end looks like a hang; this writes ``warmkit warmup: 40/96
+    key(s) (41%) after 12.3s`` at most once per tenth of the keys or per
+    ``every`` seconds, whichever comes first. Same ``update``/``close`` as tqdm.
+    """
+
+    def __init__(self, total: int, every: float = 10.0, file: Any = None) -> None:
+        self.total, self.every, self.file = total, every, file or sys.stderr
+        self.done = self._last_done = 0
+        self._start = self._last = time.monotonic()
+        self._next = max(1, math.ceil(total / 10))
+
+    def update(self, n: int = 1) -> None:
+        self.done += n
+        now = time.monotonic()
+        if self.done >= self._next or now - self._last >= self.every:
+            self._line(now)
+            while self._next <= self.done:
+                self._next += max(1, math.ceil(self.total / 10))
+
+    def close(self) -> None:
+        if self.done and self._last_done != self.done:
+            self._line(time.monotonic())
+
+    def _line(self, now: float) -> None:
+        self._last, self._last_done = now, self.done
+        pct = 100 * self.done // max(self.total, 1)
+        self.file.write(
+            f"warmkit warmup: {self.done}/{self.total} key(s) ({pct}%) after "
+            f"{now - self._start:.1f}s\n"
+        )
+        self.file.flush()
 
 
 #: The ``extra`` of a log record that says what a report's table says too: the CLI and

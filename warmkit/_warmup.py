@@ -25,7 +25,7 @@ from ._exceptions import BackendUnavailableError, WarmupError
 from ._prepare import join as join_setup
 from ._record import resolve_recorded, start_recording
 from ._registry import _gc_paused
-from ._report import IN_REPORT, ReportEntry, WarmupReport, failure_lines
+from ._report import IN_REPORT, LineProgress, ReportEntry, WarmupReport, failure_lines
 from ._runner import CANCELLED, NOT_ATTEMPTED, run
 
 __all__ = ["warmup"]
@@ -419,6 +419,8 @@ class _Run:
             from tqdm import tqdm
 
             self._bar = tqdm(total=total, desc="warmkit warmup", unit="key", file=sys.stderr)
+        elif total and config.progress == "auto" and _envs.rank() == 0:
+            self._bar = LineProgress(total)  # not a terminal (CI logs): periodic lines
         self._unshown = 0  # entries not yet counted on the bar
         self._procs: Any = None
         self.fleet: Any = None

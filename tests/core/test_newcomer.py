@@ -236,3 +236,38 @@ def test_list_check_flags_an_entry_point_that_is_not_a_kernel(capsys, fake_backe
     assert main(["list", "--check", "--json"]) == 1
     raw = [k for k in json.loads(capsys.readouterr().out)["kernels"] if k["name"] == "raw.fn"]
     assert "not a JitKernel subclass" in raw[0]["problem"]
+
+
+# -- progress a CI log can read -----------------------------------------------------------------
+
+
+def test_line_progress_writes_a_line_per_tenth_and_the_last() -> None:
+    import io
+
+    from warmkit._report import LineProgress
+
+    out = io.StringIO()
+    bar = LineProgress(96, every=1e9, file=out)  # no time-based line in this test
+    for _ in range(96):
+        bar.update(1)
+    bar.close()
+    lines = out.getvalue().splitlines()
+    assert [line.split(" (")[0] for line in lines] == [
+        f"warmkit warmup: {n}/96 key(s)" for n in (10, 20, 30, 40, 50, 60, 70, 80, 90, 96)
+    ]
+    assert lines[-1].startswith("warmkit warmup: 96/96 key(s) (100%) after ")
+
+
+def test_a_warmup_with_stderr_not_a_terminal_shows_progress_lines(capsys, fake_backend) -> None:
+    import warmkit
+
+    from ._kernels import PyKernel
+
+    reg = warmkit.WarmupRegistry()
+    reg.add(PyKernel, n=[1, 2], flag=[False, True])
+    report = warmkit.warmup(warmkit.WarmupConfig(monitor="off", progress="auto"), reg)
+    assert report.ok
+    err = capsys.readouterr().err  # captured: not a terminal, as in CI
+    lines = [line for line in err.splitlines() if line.startswith("warmkit warmup: ")]
+    assert lines and lines[-1].startswith("warmkit warmup: 4/4 key(s) (100%) after ")
+    assert "\r" not in err  # no bar redrawn into the log
