@@ -235,3 +235,31 @@ def _pull(backend: Any, url: str) -> dict[str, Any]:
     finally:
         fleet.close()
     return {"store": fleet.url, "pulled": pulled, "present": present, "refused": refused}
+
+
+def clear_store(url: str, *, dry_run: bool = False) -> dict[str, Any]:
+    """Delete every entry of the store at ``url`` (``warmkit cache clear-store``).
+
+    For a fresh start, e.g. a measurement that needs an empty store. Leases
+    expire on their own and are left alone.
+
+    Raises:
+        StoreUnavailableError: the store cannot be reached.
+    """
+    from ._store import open_store
+
+    store = open_store(url)
+    try:
+        keys = list(store.keys())
+        if not dry_run:
+            for key in keys:
+                store.delete(key)
+    finally:
+        store.close()
+    return {"store": _store_url(url), "deleted": [] if dry_run else keys, "found": keys}
+
+
+def _store_url(url: str) -> str:
+    from ._store import _redact
+
+    return _redact(str(url))

@@ -515,6 +515,8 @@ def _cmd_cache_upkeep(args: argparse.Namespace) -> int:
     from ._backend import FleetCapable
 
     cmd = args.cache_command
+    if cmd == "clear-store":
+        return _cmd_clear_store(args)
     if cmd == "prune":
         limits = {
             "max_size": None if args.max_size is None else _cache.parse_size(args.max_size),
@@ -566,6 +568,18 @@ def _cmd_cache_upkeep(args: argparse.Namespace) -> int:
     if not result:
         print("no backend with a persistent cache is available")
     return EXIT_FAILED if any(r.get("refused") for r in result.values()) else EXIT_OK
+
+
+def _cmd_clear_store(args: argparse.Namespace) -> int:
+    from ._cache import clear_store
+
+    result = clear_store(args.url, dry_run=args.dry_run)
+    if args.json:
+        _print_json(json.dumps(result, indent=2))
+    else:
+        verb = "would delete" if args.dry_run else "deleted"
+        print(f"{result['store']}: {verb} {len(result['found'])} entr(ies)")
+    return EXIT_OK
 
 
 def _envs_target() -> str | None:

@@ -160,6 +160,10 @@ def make_parser() -> argparse.ArgumentParser:
         c.add_argument("url", help="the store: redis://host:port/db, rediss://..., or a directory")
         _cache_dir_option(c, f"{verb} BACKEND's entries of DIR instead of its default cache")
         c.add_argument("--json", action="store_true", help=_JSON)
+    c = csub.add_parser("clear-store", help="delete every entry of a store (a fresh start)")
+    c.add_argument("url", help="the store: redis://host:port/db, rediss://..., or a directory")
+    c.add_argument("--dry-run", action="store_true", help="say what would go; delete nothing")
+    c.add_argument("--json", action="store_true", help=_JSON)
 
     s = sub.add_parser("record", help="run a command, recording every runtime JIT compile")
     s.add_argument("-o", "--output", required=True, help="the manifest to record into ({rank} ok)")
