@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.metadata
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -271,3 +272,33 @@ def test_a_warmup_with_stderr_not_a_terminal_shows_progress_lines(capsys, fake_b
     lines = [line for line in err.splitlines() if line.startswith("warmkit warmup: ")]
     assert lines and lines[-1].startswith("warmkit warmup: 4/4 key(s) (100%) after ")
     assert "\r" not in err  # no bar redrawn into the log
+
+
+# -- Ctrl-C does not kill the compilers that compile threads started ----------------------------
+
+
+@pytest.mark.skipif(not hasattr(signal, "pthread_sigmask"), reason="POSIX signal masks")
+def test_a_compile_threads_child_process_is_shielded_from_the_terminals_ctrl_c() -> None:
+    from warmkit._runner import run
+
+    probe = (
+        "import signal; print(int(signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, [])))"
+    )
+    seen: dict[int, str] = {}
+
+    def compile_one(i: int) -> str:  # what a compile does: start a compiler process (ptxas)
+        return subprocess.run(
+            [sys.executable, "-c", probe], capture_output=True, text=True, check=True
+        ).stdout.strip()
+
+    run(
+        [0, 1, 2],
+        compile_one,
+        workers=2,
+        timeout=None,
+        on_done=lambda i, out: bool(seen.__setitem__(i, out)),
+        on_timeout=lambda i, s: None,
+        on_unrun=lambda i, why: None,
+    )
+    assert seen == {0: "1", 1: "1", 2: "1"}  # SIGINT blocked in every compiler child
+    assert signal.SIGINT not in signal.pthread_sigmask(signal.SIG_BLOCK, [])  # not in the caller
