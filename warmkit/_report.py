@@ -296,6 +296,23 @@ class LineProgress:
         self.file.flush()
 
 
+def progress_bar(total: int, setting: str) -> Any:
+    """A warmup's progress display (``update(n)``, ``close()``), or None.
+
+    ``"on"``, or ``"auto"`` on a terminal: a tqdm bar; ``"auto"`` elsewhere (a
+    CI log): :class:`LineProgress`; never on a non-zero rank, nor for 0 keys.
+    """
+    from . import _envs
+
+    if not total or setting == "off" or _envs.rank() != 0:
+        return None
+    if setting == "on" or sys.stderr.isatty():
+        from tqdm import tqdm
+
+        return tqdm(total=total, desc="warmkit warmup", unit="key", file=sys.stderr)
+    return LineProgress(total)
+
+
 #: The ``extra`` of a log record that says what a report's table says too: the CLI and
 #: ``warmkit run``, which print the table, leave such records out (a cause is said once).
 IN_REPORT = {"warmkit_in_report": True}

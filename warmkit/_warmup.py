@@ -10,14 +10,13 @@ import contextlib
 import gc
 import logging
 import os
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import nullcontext
 from typing import Any
 
-from . import _envs, _memo, metrics, monitor
+from . import _memo, metrics, monitor
 from ._backend import CanonicalTargets, reported_tuning
 from ._compat import ast_parse_serialized, known_frozen, process_froze_objects
 from ._config import WarmupConfig
@@ -25,7 +24,7 @@ from ._exceptions import BackendUnavailableError, WarmupError
 from ._prepare import join as join_setup
 from ._record import resolve_recorded, start_recording
 from ._registry import _gc_paused
-from ._report import IN_REPORT, LineProgress, ReportEntry, WarmupReport, failure_lines
+from ._report import IN_REPORT, ReportEntry, WarmupReport, failure_lines, progress_bar
 from ._runner import CANCELLED, NOT_ATTEMPTED, run
 
 __all__ = ["warmup"]
@@ -34,12 +33,6 @@ logger = logging.getLogger(__name__)
 
 _NOT_ATTEMPTED = NOT_ATTEMPTED
 _NOT_REPLAYABLE = "not replayable: "
-
-
-def _progress_enabled(setting: str) -> bool:
-    if setting == "off" or _envs.rank() != 0:
-        return False
-    return setting == "on" or sys.stderr.isatty()
 
 
 def warmup(config: WarmupConfig | None = None, registry: Any = None) -> WarmupReport:
@@ -414,13 +407,7 @@ class _Run:
         self.aborted = False
         self.cancelled = False
         self._lock = threading.Lock()
-        self._bar = None
-        if total and _progress_enabled(config.progress):
-            from tqdm import tqdm
-
-            self._bar = tqdm(total=total, desc="warmkit warmup", unit="key", file=sys.stderr)
-        elif total and config.progress == "auto" and _envs.rank() == 0:
-            self._bar = LineProgress(total)  # not a terminal (CI logs): periodic lines
+        self._bar = progress_bar(total, config.progress)
         self._unshown = 0  # entries not yet counted on the bar
         self._procs: Any = None
         self.fleet: Any = None
