@@ -304,5 +304,14 @@ def _triton_version() -> str | None:
     return str(triton.__version__)
 
 
+def cli(argv: list[str] | None = None) -> int:
+    """``main`` with one line, not a traceback, for a bad configuration, WARMKIT_* variable or target."""
+    try:
+        return main(argv)
+    except ValueError as exc:  # every such error names what to fix (the file, variable or target)
+        print(f"serve.py: error: {exc}", file=sys.stderr)
+        return 2
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(cli())

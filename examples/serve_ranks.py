@@ -20,8 +20,9 @@ The configurations (``--configs``, all by default):
             needs (the contrast);
 ``shared``  one ``TRITON_CACHE_DIR`` for every rank: single-flight per key (file locks);
 ``store``   a cache directory per rank, as on separate hosts, and the store at
-            ``--store`` (a real Redis: ``redis://127.0.0.1:PORT``; it must hold none of
-            these kernels, e.g. a fresh server): fetch before compiling, one lease per key;
+            ``--store`` (a real Redis: ``redis://127.0.0.1:PORT``, or a directory; it must
+            be empty, e.g. a fresh server: a rerun refuses a filled one and says so, and
+            ``warmkit cache clear-store URL`` empties it): fetch before compiling, one lease per key;
 ``warm``    a restart of every rank on the ``shared`` configuration's cache.
 
 Checked on every rank of every configuration, and the exit status says whether all held:
@@ -422,6 +423,15 @@ def print_config(name: str, summary: dict[str, Any], checks: list[tuple[str, boo
         print(f"  {'PASS' if ok else 'FAIL'}  {check}: {detail}")
 
 
+def stored_entries(url: str) -> int:
+    """How many entries the store at ``url`` holds already."""
+    fleet = warmkit.Fleet(url, store_required=True)
+    try:
+        return sum(1 for _ in fleet.store.keys())  # noqa: SIM118 - a Store, not a dict
+    finally:
+        fleet.close()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description="warmkit two-rank demo: one process per GPU rank, compile each key once"
@@ -468,6 +478,14 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--configs: unknown {unknown}; choose from {', '.join(CONFIGS)}")
     if "store" in configs and not args.store:
         parser.error("the 'store' configuration needs --store URL (e.g. a loopback redis-server)")
+    if "store" in configs and (held := stored_entries(args.store)):
+        # The check is "each key compiled exactly once in total": a store filled by an earlier
+        # run serves every key (fetched, 0 compiled) and the check would fail without saying why.
+        parser.error(
+            f"the store {args.store} already holds {held} entr(ies), from an earlier run; the "
+            "'store' configuration measures compiles into an empty store: clear it with "
+            f"`warmkit cache clear-store {args.store}`, or give another --store (a Redis db number)"
+        )
     if "warm" in configs and (
         "shared" not in configs or configs.index("warm") < configs.index("shared")
     ):

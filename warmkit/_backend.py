@@ -397,7 +397,11 @@ class SpecializationMap(_Capability, Protocol):
     def specializations(
         self, kernel: Any, keys: list[Any], target: str | None
     ) -> list[tuple[str, dict[str, Any]]]:
-        """``(function import path, {"args", "options"})`` per key, in recorded-entry form, no compile."""
+        """``(function import path, {"args", "options"})`` per key, in recorded-entry form, no compile.
+
+        A key of an autotuned kernel may also give ``{"autotune": {"key": ...}}``:
+        it covers a run's raw autotune of that autotune key on any GPU model.
+        """
         ...
 
 

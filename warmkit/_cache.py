@@ -18,6 +18,7 @@ Push and pull need a ``warmkit.FleetCapable`` backend; ``info`` and
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -231,10 +232,23 @@ def push_cache(
     Raises:
         StoreUnavailableError: the store cannot be reached.
     """
+    with _scope(backend, root):
+        return _push(backend, url)
+
+
+def _scope(backend: Any, root: str | os.PathLike[str] | None) -> Any:
+    """The backend's cache pointed at ``root`` (``--cache-dir``), so that its entry
+    lookups (``entry_files``, ``entry_dir``) name ``root``'s entries, not the default's."""
+    if root is None or Path(root).resolve() == Path(backend.cache_dir()).resolve():
+        return contextlib.nullcontext()
+    return backend.cache_scope(root)
+
+
+def _push(backend: Any, url: str) -> dict[str, Any]:
     fleet = Fleet(url, store_required=True)
     pushed, present, skipped = [], [], {}
     try:
-        for directory in iter_entries(root or backend.cache_dir()):
+        for directory in iter_entries(backend.cache_dir()):
             ek = backend.entry_key_of(directory)
             files = backend.entry_files(ek) if ek is not None else None
             if files is None:
@@ -257,8 +271,10 @@ def push_cache(
     return {"store": fleet.url, "pushed": pushed, "present": present, "skipped": skipped}
 
 
-def pull_cache(backend: Any, url: str) -> dict[str, Any]:
-    """Install every entry of the store at ``url`` for this backend into its local cache.
+def pull_cache(
+    backend: Any, url: str, root: str | os.PathLike[str] | None = None
+) -> dict[str, Any]:
+    """Install every entry of the store at ``url`` for this backend into its local cache (or ``root``).
 
     Each entry is verified (sha256 of every file), checked against this host's
     fingerprint for its target, relocated and renamed into place; a bad one is
@@ -267,6 +283,11 @@ def pull_cache(backend: Any, url: str) -> dict[str, Any]:
     Raises:
         StoreUnavailableError: the store cannot be reached.
     """
+    with _scope(backend, root):
+        return _pull(backend, url)
+
+
+def _pull(backend: Any, url: str) -> dict[str, Any]:
     fleet = Fleet(url, store_required=True)
     pulled, present, refused = [], [], []
     prefix = f"{backend.name}/"
@@ -286,3 +307,31 @@ def pull_cache(backend: Any, url: str) -> dict[str, Any]:
     finally:
         fleet.close()
     return {"store": fleet.url, "pulled": pulled, "present": present, "refused": refused}
+
+
+def clear_store(url: str, *, dry_run: bool = False) -> dict[str, Any]:
+    """Delete every entry of the store at ``url`` (``warmkit cache clear-store``).
+
+    For a fresh start, e.g. a measurement that needs an empty store. Leases
+    expire on their own and are left alone.
+
+    Raises:
+        StoreUnavailableError: the store cannot be reached.
+    """
+    from ._store import open_store
+
+    store = open_store(url)
+    try:
+        keys = list(store.keys())
+        if not dry_run:
+            for key in keys:
+                store.delete(key)
+    finally:
+        store.close()
+    return {"store": _store_url(url), "deleted": [] if dry_run else keys, "found": keys}
+
+
+def _store_url(url: str) -> str:
+    from ._store import _redact
+
+    return _redact(str(url))

@@ -15,12 +15,15 @@ Exit codes (also in ``warmkit --help``):
 * 1 also: ``warmkit coverage`` found specializations the manifest misses;
   ``warmkit record``/``warmkit run`` return the command's own exit code;
 
-An error prints one line; ``-v`` adds the traceback and full compiler logs.
+An error prints one line; ``-v`` adds the traceback and full compiler logs. With
+``--json``, stdout is one JSON document: anything else written to stdout meanwhile
+(a library's log lines, C code, the command of ``record``/``run``) goes to stderr.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -37,6 +40,7 @@ from ._exceptions import (
     PluginLoadError,
     WarmupError,
 )
+from ._report import not_in_report
 from ._version import __version__
 
 __all__ = ["main"]
@@ -87,12 +91,14 @@ def _cmd_list(args: argparse.Namespace) -> int:
             "distribution_version": i.version,
             "entry_point": i.value,
             **({"conflicts": list(i.conflicts)} if i.conflicts else {}),
+            **(_kernel_problem(i.name) if args.check else {}),
         }
         for i in discover(KERNELS_GROUP)
     ]
+    code = EXIT_FAILED if any("problem" in k for k in kernels) else EXIT_OK
     if args.json:
-        print(json.dumps({"backends": backends, "kernels": kernels}, indent=2))
-        return EXIT_OK
+        _print_json(json.dumps({"backends": backends, "kernels": kernels}, indent=2))
+        return code
     print("backends:")
     for b in backends:
         state = "available" if b["available"] else "unavailable"
@@ -109,9 +115,27 @@ def _cmd_list(args: argparse.Namespace) -> int:
         print(
             f"  {k['name']:<28} {k['entry_point']}  [{k['distribution']} {k['distribution_version']}]"
         )
+        if "problem" in k:
+            print(f"    UNUSABLE: {k['problem']}")
     if not kernels:
         print("  (none)")
-    return EXIT_OK
+    return code
+
+
+def _kernel_problem(name: str) -> dict[str, str]:
+    """``{"problem": why}`` when a kernel entry point would be refused by ``plan``/``warmup``.
+
+    A raw ``@triton.jit`` function (or anything not a ``JitKernel`` subclass)
+    installs and lists fine but plans nothing; ``list --check`` says so up
+    front. Opt-in: loading a kernel imports its module (torch, for some).
+    """
+    from ._plugins import load_kernel
+
+    try:
+        load_kernel(name)
+    except (LookupError, TypeError, PluginLoadError) as exc:
+        return {"problem": f"{exc}; `warmkit plan` and `warmup` refuse it"}
+    return {}
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
@@ -144,7 +168,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         listed = [
             {"module": m.module, "distribution": m.distribution, "file": m.file} for m in modules
         ]
-        print(json.dumps(out | {"modules": listed}, indent=2))
+        _print_json(json.dumps(out | {"modules": listed}, indent=2))
         return EXIT_OK
     notes = _tuning_notes(registry, target)
     for title, section in (("", plan), (" [recorded]", recorded)):
@@ -255,7 +279,7 @@ def _cmd_bundle(args: argparse.Namespace) -> int:
         )
         info = inspect_bundle(args.output)
         if args.json:
-            print(json.dumps(info["totals"] | {"output": args.output}, indent=2))
+            _print_json(json.dumps(info["totals"] | {"output": args.output}, indent=2))
         else:
             t = info["totals"]
             print(
@@ -280,7 +304,7 @@ def _cmd_bundle(args: argparse.Namespace) -> int:
             "prepared": result.prepared,
         }
         if args.json:
-            print(json.dumps(summary, indent=2))
+            _print_json(json.dumps(summary, indent=2))
         else:
             signed = f" (signature by trusted key {result.signed_by})" if result.signed_by else ""
             print(
@@ -302,7 +326,7 @@ def _cmd_bundle(args: argparse.Namespace) -> int:
         return EXIT_OK
     info = inspect_bundle(args.bundle)
     if args.json:
-        print(json.dumps(info, indent=2))
+        _print_json(json.dumps(info, indent=2))
         return EXIT_OK
     t = info["totals"]
     print(
@@ -386,7 +410,7 @@ def _cmd_cache(args: argparse.Namespace) -> int:
         }
     n_bad = sum(len(r["bad"]) for r in result.values())
     if args.json:
-        print(json.dumps(result, indent=2))
+        _print_json(json.dumps(result, indent=2))
     else:
         for name, r in result.items():
             print(f"{name}: {r['directory']}: {r['entries']} entr(ies), {len(r['bad'])} bad")
@@ -428,9 +452,13 @@ def _run_child(cmd: list[str], env: dict[str, str]) -> int:
 def _cmd_record(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from ._record import expand_path, read_recorded
+    from ._record import Recorder, expand_path, read_recorded
+    from ._startup import nothing_recorded_hint, record_refusal
 
     cmd = _command(args)
+    refusal = record_refusal(os.environ)
+    if refusal is not None:
+        raise ValueError(f"warmkit record: {refusal}")
     out = Path(args.output).absolute()
     env = dict(os.environ, WARMKIT_RECORD=str(out))
     env.pop("WARMKIT_MANIFEST", None)
@@ -444,12 +472,20 @@ def _cmd_record(args: argparse.Namespace) -> int:
     paths = (
         sorted(out.parent.glob(out.name.replace("{rank}", "*"))) if "{rank}" in out.name else [out]
     )
+    if not any(p.exists() for p in paths):
+        # The run compiled nothing: say so with a valid, empty manifest, so the next
+        # step of a CI chain (`record && coverage`, `run -m`) reads 0 instead of failing.
+        Recorder(plain).ensure_written()
+        paths = [plain]
     entries = {}
     for path in paths:
         if path.exists():
             for e in read_recorded(path):
                 entries.setdefault(e.id, e)
     kernels = sorted({e.name for e in entries.values()})
+    hint = nothing_recorded_hint(rc) if rc != 0 and not entries else None
+    if hint is not None:
+        logger.error("warmkit record: %s", hint)
     bad = [e for e in entries.values() if not e.replayable]
     summary = {
         "output": [str(p) for p in paths],
@@ -460,7 +496,7 @@ def _cmd_record(args: argparse.Namespace) -> int:
         "unreplayable": [{"kernel": e.name, "reason": e.reason} for e in bad],
     }
     if args.json:
-        print(json.dumps(summary, indent=2))
+        _print_json(json.dumps(summary, indent=2))
     else:
         print(
             f"recorded {summary['specializations']} specialization(s) of {len(kernels)} "
@@ -499,7 +535,7 @@ def _cmd_explain(args: argparse.Namespace, bundle: str | None = None) -> int:
     )  # fmt: skip
     misses = sum(e.status == "miss" for e in found)
     if args.json:
-        print(explanations_json(found))
+        _print_json(explanations_json(found))
     else:
         for e in found:
             print(e.line())
@@ -514,7 +550,7 @@ def _cmd_coverage(args: argparse.Namespace) -> int:
 
     registry = WarmupRegistry.load(args.manifest)
     report = coverage(registry, read_recorded(args.recorded), target=args.target)
-    print(json.dumps(report.to_dict(), indent=2) if args.json else report.text())
+    _print_json(json.dumps(report.to_dict(), indent=2) if args.json else report.text())
     return EXIT_OK if report.ok else EXIT_FAILED
 
 
@@ -523,6 +559,8 @@ def _cmd_cache_upkeep(args: argparse.Namespace) -> int:
     from ._backend import FleetCapable
 
     cmd = args.cache_command
+    if cmd == "clear-store":
+        return _cmd_clear_store(args)
     if cmd == "prune":
         limits = {
             "max_size": None if args.max_size is None else _cache.parse_size(args.max_size),
@@ -544,9 +582,9 @@ def _cmd_cache_upkeep(args: argparse.Namespace) -> int:
         elif cmd == "push":
             result[name] = _cache.push_cache(backend, args.url, root)
         else:
-            result[name] = _cache.pull_cache(backend, args.url)
+            result[name] = _cache.pull_cache(backend, args.url, root)
     if args.json:
-        print(json.dumps(result, indent=2, default=str))
+        _print_json(json.dumps(result, indent=2, default=str))
         return EXIT_FAILED if any(r.get("refused") for r in result.values()) else EXIT_OK
     for name, r in result.items():
         if cmd == "info":
@@ -577,6 +615,18 @@ def _cmd_cache_upkeep(args: argparse.Namespace) -> int:
     return EXIT_FAILED if any(r.get("refused") for r in result.values()) else EXIT_OK
 
 
+def _cmd_clear_store(args: argparse.Namespace) -> int:
+    from ._cache import clear_store
+
+    result = clear_store(args.url, dry_run=args.dry_run)
+    if args.json:
+        _print_json(json.dumps(result, indent=2))
+    else:
+        verb = "would delete" if args.dry_run else "deleted"
+        print(f"{result['store']}: {verb} {len(result['found'])} entr(ies)")
+    return EXIT_OK
+
+
 def _envs_target() -> str | None:
     from . import _envs
 
@@ -584,7 +634,10 @@ def _envs_target() -> str | None:
 
 
 def _print_report(report: Any, as_json: bool, verbose: int = 0) -> None:
-    print(report.to_json() if as_json else report.table())
+    if as_json:
+        _print_json(report.to_json())
+    else:
+        print(report.table())
     if verbose:  # the full compiler logs that the table cut to their first and last lines
         for e in report.failures:
             if e.exception is not None:
@@ -592,10 +645,74 @@ def _print_report(report: Any, as_json: bool, verbose: int = 0) -> None:
                 traceback.print_exception(e.exception, file=sys.stderr)
 
 
+_json_out: list[Any] = []  # the real stdout while a --json command runs (see _json_stdout)
+
+
+def _print_json(text: str) -> None:
+    """Print the command's one JSON document: to the real stdout, also under ``--json``."""
+    print(text, file=_json_out[-1] if _json_out else sys.stdout)
+
+
+def _stdout_fd() -> int | None:
+    try:
+        return sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # replaced by a stream without one (tests)
+        return None
+
+
+@contextlib.contextmanager
+def _json_stdout(on: bool) -> Iterator[None]:
+    """Under ``--json``, stdout carries the JSON document and nothing else.
+
+    Everything else that writes to stdout while the command runs goes to
+    stderr: Python code through ``sys.stdout`` (TileLang's log handler writes
+    its INFO lines there), C code through file descriptor 1, and the child
+    process of ``warmkit record/run --json``, which inherits it.
+    """
+    if not on:
+        yield
+        return
+    saved = sys.stdout
+    saved.flush()
+    real_fd = os.dup(1) if _stdout_fd() == 1 else None
+    if real_fd is None:
+        out = saved  # not the process's stdout (a test's capture): Python-level only
+    else:
+        out = open(real_fd, "w", encoding=saved.encoding or "utf-8", closefd=False)  # noqa: SIM115
+        os.dup2(2, 1)
+    _json_out[:] = [out]
+    sys.stdout = sys.stderr
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        with contextlib.suppress(OSError):  # a closed pipe: main's BrokenPipeError handles it
+            out.flush()
+        sys.stdout = saved
+        _json_out.clear()
+        if real_fd is not None:
+            os.dup2(real_fd, 1)
+            os.close(real_fd)
+
+
+def _quiet_fp_fusion_advice() -> None:
+    """Leave out Triton 3.9's advice to set ``TRITON_DEFAULT_FP_FUSION`` in warmkit's commands.
+
+    Any value of it, Triton's default ``1`` included, is part of Triton's cache
+    keys: a bundle built where it is set misses (and is refused) on every host
+    where it is not. Set it on every host or on none (docs/bundles.md).
+    """
+    import warnings
+
+    warnings.filterwarnings("ignore", message="TRITON_DEFAULT_FP_FUSION is unset")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code."""
     parser = make_parser()
     args = parser.parse_args(argv)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.addFilter(not_in_report)  # a failed warmup's table says it: not twice
     logging.basicConfig(
         level=logging.DEBUG
         if args.verbose > 1
@@ -603,8 +720,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.verbose
         else logging.WARNING,
         format="%(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
+        handlers=[handler],  # installed only where the root logger has none yet
     )
+    _quiet_fp_fusion_advice()
     if args.version:
         print(_versions())
         return EXIT_OK
@@ -625,7 +743,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if getattr(args, "manifest_modules", None):  # for this command (and `run`'s child)
         os.environ["WARMKIT_MANIFEST_MODULES"] = args.manifest_modules
     try:
-        return commands[args.command](args)
+        with _json_stdout(bool(getattr(args, "json", False))):
+            return commands[args.command](args)
     except KeyboardInterrupt as exc:
         report = getattr(exc, "report", None)
         if report is not None:

@@ -69,6 +69,13 @@ def make_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", parser_class=_Parser)
 
     s = sub.add_parser("list", help="installed backends and kernels")
+    s.add_argument(
+        "--check",
+        action="store_true",
+        help="also load each kernel entry point and flag one that plan/warmup would refuse "
+        "(a raw @triton.jit function, not a JitKernel); exit 1 if any (imports the kernels' "
+        "modules: slower)",
+    )
     s.add_argument("--json", action="store_true", help=_JSON)
 
     s = sub.add_parser("plan", help="the keys a manifest expands to, per kernel")
@@ -169,7 +176,12 @@ def make_parser() -> argparse.ArgumentParser:
     for verb, what in (("push", "copy complete local entries to"), ("pull", "install entries of")):
         c = csub.add_parser(verb, help=f"{what} a store (redis://..., or a directory)")
         c.add_argument("url", help="the store: redis://host:port/db, rediss://..., or a directory")
+        _cache_dir_option(c, f"{verb} BACKEND's entries of DIR instead of its default cache")
         c.add_argument("--json", action="store_true", help=_JSON)
+    c = csub.add_parser("clear-store", help="delete every entry of a store (a fresh start)")
+    c.add_argument("url", help="the store: redis://host:port/db, rediss://..., or a directory")
+    c.add_argument("--dry-run", action="store_true", help="say what would go; delete nothing")
+    c.add_argument("--json", action="store_true", help=_JSON)
 
     s = sub.add_parser("record", help="run a command, recording every runtime JIT compile")
     s.add_argument("-o", "--output", required=True, help="the manifest to record into ({rank} ok)")

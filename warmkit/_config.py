@@ -88,7 +88,7 @@ class WarmupConfig:
         target: compile for this target (e.g. ``"cuda:90"``) instead of the current device.
         on_error: ``"raise"`` stops at the first failure; ``"collect"`` compiles
             everything, then raises once listing every failure.
-        progress: ``"auto"`` (a bar on a TTY, rank 0 only), ``"on"``, ``"off"``.
+        progress: ``"auto"`` (a bar on a TTY, else a line per 10 % or 10 s; rank 0 only), ``"on"``, ``"off"``.
         backends: allow-list of backend names; kernels of others are skipped.
         bundle: a ``.wkb`` bundle to install before compiling (``docs/bundles.md``);
             its entries turn compiles into cache hits.

@@ -7,7 +7,9 @@ For each entry a run recorded (``warmkit record``), the manifest covers it when:
   same function exactly that way. The backend maps declared keys to its
   specializations without compiling (``Backend.specializations``: for Triton,
   its own argument binder, under an ahead-of-time driver);
-* for a ``"key"`` entry: a declared registration plans that key.
+* for a ``"key"`` entry: a declared registration plans that key;
+* for a raw autotune (its key and the GPU model it was tuned on): a declared
+  key has the same autotune key (a device warmup tunes it on any GPU model).
 
 What is not covered is listed. When a missed specialization belongs to a
 function the manifest declares, it is explained against the nearest declared
@@ -44,6 +46,18 @@ def _ident(entry: RecordedEntry) -> str:
     else:
         body = spec.get("key")
     return json.dumps([entry.backend, entry.kind, entry.kernel, body], sort_keys=True)
+
+
+def _tuned_ident(backend: str | None, kernel: str, key: Any) -> str:
+    """A raw autotune's key on no particular GPU model: what a declared key covers."""
+    return json.dumps([backend, kernel, key], sort_keys=True)
+
+
+def _entry_tuned_ident(entry: RecordedEntry) -> str | None:
+    tuned = entry.spec.get("autotune") if entry.kind == "raw" else None
+    if not isinstance(tuned, dict):
+        return None
+    return _tuned_ident(entry.backend, entry.kernel, tuned.get("key"))
 
 
 @attrs.frozen
@@ -191,15 +205,22 @@ def coverage(
             a default, ``"cuda:90"`` for Triton); no GPU is needed.
 
     Raises:
+        ValueError: a backend of the manifest or the run rejects ``target``.
         Whatever planning the declared registrations raises (a registration
         that no longer plans is an error, not "uncovered").
     """
     from ._plugins import call_hook, get_backend, kernel_ref
+    from ._warmup import check_target
 
+    entries = list(run)
+    resolved = registry.resolve()
+    used = {type(k).backend for k, _ in resolved.values()} | {e.backend for e in entries}
+    check_target(target, sorted(b for b in used if b is not None))  # as every command does
     have = {_ident(e) for e in registry.recorded()}
     declared_raw: dict[str, list[dict[str, Any]]] = {}
     declared_keys: set[str] = set()
-    for name, (kernel, keys) in registry.resolve().items():
+    declared_tuned: set[str] = set()
+    for name, (kernel, keys) in resolved.items():
         cls = type(kernel)
         ref = kernel_ref(cls)
         for key in keys:
@@ -218,13 +239,15 @@ def coverage(
             cls.backend, "specializations", backend.specializations, kernel, keys, target
         )
         for path, spec in specs:
+            if isinstance(spec.get("autotune"), dict):
+                declared_tuned.add(_tuned_ident(cls.backend, path, spec["autotune"].get("key")))
+                continue
             declared_raw.setdefault(path, []).append(spec)
             have.add(json.dumps([cls.backend, "raw", path, spec], sort_keys=True))
     have |= declared_keys
-    entries = list(run)
     missed = []
     for entry in entries:
-        if _ident(entry) in have:
+        if _ident(entry) in have or _entry_tuned_ident(entry) in declared_tuned:
             continue
         variants: list[str] = []
         if entry.kind == "raw" and entry.kernel in declared_raw:

@@ -291,7 +291,38 @@ def get(name: str) -> Any:
         ValueError: the variable is set to something it cannot parse; the
             message names the variable.
     """
+    _warn_misspelt_once()
     return ENVIRONMENT[name].read(name)
+
+
+_checked_names = False
+
+
+def _warn_misspelt_once() -> None:
+    """Warn once per process about a set ``WARMKIT_*`` name that is close to a known one.
+
+    A misspelt variable (a typo of ``WARMKIT_TARGET``) would otherwise be ignored
+    silently. Only names close to the core's are flagged, so plugins'
+    variables (``WARMKIT_TRITON_*``, in their own tables) are never called unknown.
+    """
+    global _checked_names
+    if _checked_names:
+        return
+    _checked_names = True
+    import difflib
+    import logging
+
+    for name in sorted(os.environ):
+        if not name.startswith("WARMKIT_") or name in ENVIRONMENT:
+            continue
+        close = difflib.get_close_matches(name, list(ENVIRONMENT), n=1, cutoff=0.85)
+        if close:
+            logging.getLogger(__name__).warning(
+                "%s is set but is not a warmkit variable, so it is ignored; did you mean %s? "
+                "(docs/configuration.md lists them)",
+                name,
+                close[0],
+            )
 
 
 def rank() -> int:

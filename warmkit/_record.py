@@ -570,6 +570,15 @@ class Recorder:
                 self.added += len(new)
         return len(new)
 
+    def ensure_written(self) -> None:
+        """Write a manifest with no entries unless the file exists.
+
+        A recorded run that compiled nothing still leaves a valid manifest, so
+        ``warmkit record ... && warmkit coverage`` (or ``warmkit run -m``) reads 0.
+        """
+        with self._lock:
+            self._merge([])
+
     def _merge(self, entries: list[RecordedEntry]) -> None:
         from filelock import FileLock
 
@@ -578,7 +587,8 @@ class Recorder:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with FileLock(str(self.path) + ".lock"):
             data: dict[str, Any]
-            if self.path.exists():
+            existed = self.path.exists()
+            if existed:
                 data, stored = read_manifest(self.path)
                 if not isinstance(data, dict) or data.get("format") != MANIFEST_FORMAT:
                     raise ManifestError(
@@ -601,7 +611,7 @@ class Recorder:
                 existing = []
             have = {e.id for e in existing}
             added = [e for e in entries if e.id not in have]
-            if not added:
+            if not added and existed:
                 return
             # Written as version 2 (a version-1 file is upgraded; its registrations are the same).
             data = {k: v for k, v in data.items() if k != "recorded"} | {

@@ -5,7 +5,10 @@ from __future__ import annotations
 import functools
 import json
 import math
-from collections.abc import Iterator, Mapping
+import re
+import sys
+import time
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import attrs
@@ -199,10 +202,15 @@ class WarmupReport:
         ]
         lines.insert(1, "  ".join("-" * w for w in widths))
         lines.insert(len(lines) - 1, "  ".join("-" * w for w in widths))
-        for e in self.failures:
-            lines.append(f"FAILED {e.kernel} {e.key!r}: {e.error}")
-        for e in self.needs_tuning:
-            lines.append(f"NEEDS TUNING ON A DEVICE {e.kernel} {e.key!r}: every config compiled")
+        lines.extend(failure_lines(self.failures, "FAILED "))
+        tuning = self.needs_tuning
+        if tuning:
+            lines.append(
+                f"NEEDS TUNING ON A DEVICE: {len(tuning)} autotuned key(s) of "
+                f"{_names(e.kernel for e in tuning)}: every config compiled, no known winner; "
+                "a warmup on the GPU host benchmarks them once (--json gives each key's "
+                "'tuning')"
+            )
         lines.append(
             f"seconds: per kernel, the sum of its keys' compile times (they overlap with "
             f"jobs={self.jobs}); total, wall-clock"
@@ -216,6 +224,108 @@ class WarmupReport:
 
     def __str__(self) -> str:
         return self.table()
+
+
+# "kernel 'NAME': " starts most backend errors; without it, one cause reads the same for
+# every kernel it failed (no target on a CPU host, TRITON_INTERPRET, a store down).
+_KERNEL_PREFIX = re.compile(r"kernel '[^']*'(?: key [^:]*)?: ")
+
+
+def _cause(error: str | None) -> str:
+    return _KERNEL_PREFIX.sub("", error or "", count=1)
+
+
+def _names(kernels: Iterable[str], most: int = 3) -> str:
+    distinct = list(dict.fromkeys(kernels))
+    shown = ", ".join(distinct[:most])
+    more = f" and {len(distinct) - most} more" if len(distinct) > most else ""
+    return f"{len(distinct)} kernel(s) ({shown}{more})"
+
+
+def failure_lines(failures: Iterable[ReportEntry], lead: str, most: int = 3) -> list[str]:
+    """The failed keys, one cause once: ``lead`` + a line per distinct cause.
+
+    A cause shared by several keys (the same error once the ``kernel '...':``
+    prefix is dropped) is one line naming how many keys of which kernels, and
+    one line with the first ``most`` keys.
+    """
+    groups: dict[str, list[ReportEntry]] = {}
+    for e in failures:
+        groups.setdefault(_cause(e.error), []).append(e)
+    lines = []
+    for cause, group in groups.items():
+        if len(group) == 1:
+            lines.append(f"{lead}{group[0].kernel} {group[0].key!r}: {group[0].error}")
+            continue
+        lines.append(f"{lead}{len(group)} key(s) of {_names(e.kernel for e in group)}: {cause}")
+        keys = ", ".join(f"{e.kernel} {e.key!r}" for e in group[:most])
+        more = f" and {len(group) - most} more" if len(group) > most else ""
+        lines.append(f"    keys: {keys}{more}")
+    return lines
+
+
+class LineProgress:
+    """Progress for a stderr that is not a terminal (a CI log): one line per 10 % or 10 s.
+
+    A bar redrawn with carriage returns is noise in a log file, and silence
+    until the end looks like a hang; this writes ``warmkit warmup: 40/96
+    key(s) (41%) after 12.3s`` at most once per tenth of the keys or per
+    ``every`` seconds, whichever comes first. Same ``update``/``close`` as tqdm.
+    """
+
+    def __init__(self, total: int, every: float = 10.0, file: Any = None) -> None:
+        self.total, self.every, self.file = total, every, file or sys.stderr
+        self.done = self._last_done = 0
+        self._start = self._last = time.monotonic()
+        self._next = max(1, math.ceil(total / 10))
+
+    def update(self, n: int = 1) -> None:
+        self.done += n
+        now = time.monotonic()
+        if self.done >= self._next or now - self._last >= self.every:
+            self._line(now)
+            while self._next <= self.done:
+                self._next += max(1, math.ceil(self.total / 10))
+
+    def close(self) -> None:
+        if self.done and self._last_done != self.done:
+            self._line(time.monotonic())
+
+    def _line(self, now: float) -> None:
+        self._last, self._last_done = now, self.done
+        pct = 100 * self.done // max(self.total, 1)
+        self.file.write(
+            f"warmkit warmup: {self.done}/{self.total} key(s) ({pct}%) after "
+            f"{now - self._start:.1f}s\n"
+        )
+        self.file.flush()
+
+
+def progress_bar(total: int, setting: str) -> Any:
+    """A warmup's progress display (``update(n)``, ``close()``), or None.
+
+    ``"on"``, or ``"auto"`` on a terminal: a tqdm bar; ``"auto"`` elsewhere (a
+    CI log): :class:`LineProgress`; never on a non-zero rank, nor for 0 keys.
+    """
+    from . import _envs
+
+    if not total or setting == "off" or _envs.rank() != 0:
+        return None
+    if setting == "on" or sys.stderr.isatty():
+        from tqdm import tqdm
+
+        return tqdm(total=total, desc="warmkit warmup", unit="key", file=sys.stderr)
+    return LineProgress(total)
+
+
+#: The ``extra`` of a log record that says what a report's table says too: the CLI and
+#: ``warmkit run``, which print the table, leave such records out (a cause is said once).
+IN_REPORT = {"warmkit_in_report": True}
+
+
+def not_in_report(record: Any) -> bool:
+    """A ``logging`` filter: False for a record logged with ``extra=IN_REPORT``."""
+    return not getattr(record, "warmkit_in_report", False)
 
 
 _encode_str = json.encoder.encode_basestring_ascii  # what json.dumps uses (ensure_ascii)

@@ -13,7 +13,9 @@ starting every queued compile before it lets go. Here:
   CANCELLED)`` at once, and the ``KeyboardInterrupt`` propagates. Compiles
   already running are abandoned: they run on in their threads until they
   return (a thread cannot be killed), their results are dropped, and, the
-  threads being daemons, they never delay the process's exit. (A backend's
+  threads being daemons, they never delay the process's exit. The threads
+  block SIGINT, so a compiler process they started is not killed by the
+  Ctrl-C and fails nothing loudly (``shield_children_from_sigint``). (A backend's
   own compile pool may still wait for them when its scope closes: the Triton
   backend's does, so a warmup exits when the running compiles end.)
 * **Timeout**: an item running longer than ``timeout`` seconds is reported
@@ -55,6 +57,21 @@ NOT_ATTEMPTED = "not attempted: an earlier key failed"
 _POLL = 0.05  # seconds between timeout checks; also bounds how late a timeout is seen
 #: A thread starts another item only when every running item has run this long.
 SPILL_SECONDS = 0.002
+
+
+def shield_children_from_sigint() -> None:
+    """Block SIGINT in this (compile) thread; the main thread still gets Ctrl-C.
+
+    A blocked signal mask is inherited by the threads this one starts and by
+    the processes it spawns: a compiler child (Triton's ``ptxas``) is then not
+    killed by the terminal's Ctrl-C, which goes to the whole process group.
+    Killed, it would fail its compile, and Triton prints the whole PTX with
+    "please share the reproducer" before warmkit's CANCELLED report, for a
+    compile that was only abandoned. (SIGINT is handled in the main thread
+    only, so blocking it here loses nothing.)
+    """
+    if hasattr(signal, "pthread_sigmask"):  # not on Windows
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
 
 
 def run(
@@ -142,6 +159,7 @@ def run(
         return None
 
     def worker() -> None:
+        shield_children_from_sigint()
         with lock:
             i = take()
         while i is not None:

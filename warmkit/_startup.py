@@ -26,12 +26,14 @@ import logging
 import os
 import sys
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from . import _envs
+from ._report import not_in_report
 
-__all__ = ["hook_environment", "main"]
+__all__ = ["hook_environment", "main", "nothing_recorded_hint", "record_refusal"]
 
 logger = logging.getLogger(__name__)
 
@@ -73,8 +75,11 @@ def _configure_logging() -> None:
     if not any(isinstance(h, logging.StreamHandler) for h in log.handlers):
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(logging.Formatter("warmkit: %(levelname)s %(message)s"))
+        handler.addFilter(not_in_report)  # a failed warmup's table is printed: said once
         log.addHandler(handler)
         log.setLevel(logging.WARNING)
+        # Except this module's own lines: `warmkit run`'s one success line is news, not a warning.
+        logger.setLevel(logging.INFO)
 
 
 def main(hook_file: str | None = None) -> None:
@@ -106,12 +111,16 @@ def main(hook_file: str | None = None) -> None:
                 report = getattr(exc, "report", None)
                 if report is not None:
                     sys.stderr.write(report.table() + "\n")
-                logger.error("warmkit run: warmup of %s failed: %s", manifest, exc)
+                logger.error(
+                    "warmkit run: warmup of %s failed%s; the command did not run",
+                    manifest,
+                    " (the report above says why)" if report is not None else f": {exc}",
+                )
                 sys.stderr.flush()
                 # SystemExit inside sitecustomize is a fatal interpreter error with a traceback;
                 # the command must simply not run.
                 os._exit(1)
-            logger.warning(
+            logger.info(
                 "warmkit run: warmed %d key(s) of %s in %.2fs (%d compiled, %d cached); monitor %s",
                 len(report.entries),
                 manifest,
@@ -130,3 +139,48 @@ def main(hook_file: str | None = None) -> None:
     finally:
         if hook_file is not None:
             _chain(hook_file)
+
+
+# -- what recording needs from the host ---------------------------------------------------------
+
+_TRUE = ("1", "true", "yes", "on", "y")  # how Triton's knobs read a boolean variable
+
+
+def record_refusal(env: Mapping[str, str]) -> str | None:
+    """Why ``warmkit record`` would record nothing of a command run with ``env``, or None.
+
+    Raw kernels are recorded when they compile. Under ``TRITON_INTERPRET=1``
+    Triton interprets every kernel and compiles none, so a recording would be
+    empty and a ``record && coverage`` CI step would pass on nothing. (Named
+    here, not in the Triton plugin, because the check runs before anything,
+    the plugin included, is imported.)
+    """
+    if env.get("TRITON_INTERPRET", "").strip().lower() in _TRUE:
+        return (
+            "TRITON_INTERPRET is set: Triton then interprets kernels and compiles none, so "
+            "nothing would be recorded; unset TRITON_INTERPRET and record on a GPU host "
+            "(docs/record.md, 'What recording needs')"
+        )
+    return None
+
+
+def nothing_recorded_hint(exit_code: int) -> str | None:
+    """One line for a recorded command that failed and compiled nothing on a host with no GPU.
+
+    Raw kernels compile when they launch, and they launch only on a GPU (on a
+    host without one Triton's launch fails with "0 active drivers"), so the
+    command most likely failed for that reason. None when a backend sees a device.
+    """
+    from ._plugins import discover, get_backend
+
+    for info in discover("warmkit.backends"):
+        try:
+            if get_backend(info.name).default_target() is not None:
+                return None
+        except Exception:  # an unavailable backend sees no device either
+            logger.debug("backend %s: no default target", info.name, exc_info=True)
+    return (
+        f"the command failed (exit {exit_code}) and compiled nothing, and no backend sees a GPU "
+        "on this host: raw kernels are recorded when they launch, which needs a GPU (Triton: "
+        "'0 active drivers'); record on a GPU host (docs/record.md, 'What recording needs')"
+    )

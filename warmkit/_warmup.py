@@ -10,13 +10,12 @@ import contextlib
 import gc
 import logging
 import os
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
-from . import _envs, _identity, _memo, metrics, monitor
+from . import _identity, _memo, metrics, monitor
 from ._backend import CanonicalTargets, reported_tuning
 from ._compat import ast_parse_serialized, known_frozen, process_froze_objects
 from ._config import WarmupConfig, warn_unapplied
@@ -24,7 +23,7 @@ from ._exceptions import BackendUnavailableError, WarmupError
 from ._prepare import join as join_setup
 from ._record import resolve_recorded, start_recording
 from ._registry import _gc_paused
-from ._report import ReportEntry, WarmupReport
+from ._report import IN_REPORT, ReportEntry, WarmupReport, failure_lines, progress_bar
 from ._runner import ABANDONED, CANCELLED, NOT_ATTEMPTED, run
 from ._workers import interrupted
 
@@ -34,12 +33,6 @@ logger = logging.getLogger(__name__)
 
 _NOT_ATTEMPTED = NOT_ATTEMPTED
 _NOT_REPLAYABLE = "not replayable: "
-
-
-def _progress_enabled(setting: str) -> bool:
-    if setting == "off" or _envs.rank() != 0:
-        return False
-    return setting == "on" or sys.stderr.isatty()
 
 
 def warmup(config: WarmupConfig | None = None, registry: Any = None) -> WarmupReport:
@@ -235,9 +228,9 @@ def _warmup(
                 "on_error='collect' to attempt every key)"
             )
         else:
-            lines = "\n".join(f"  - {e.kernel} {e.key!r}: {e.error}" for e in failures)
+            lines = "\n".join(failure_lines(failures, "  - "))
             msg = f"warmup failed for {len(failures)} of {len(entries)} key(s):\n{lines}"
-        logger.error("%s", msg)
+        logger.error("%s", msg, extra=IN_REPORT)  # the table of a CLI says it: not twice
         raise WarmupError(
             msg,
             kernel=first.kernel,
@@ -415,11 +408,7 @@ class _Run:
         self.aborted = False
         self.cancelled = False
         self._lock = threading.Lock()
-        self._bar = None
-        if total and _progress_enabled(config.progress):
-            from tqdm import tqdm
-
-            self._bar = tqdm(total=total, desc="warmkit warmup", unit="key", file=sys.stderr)
+        self._bar = progress_bar(total, config.progress)
         self._unshown = 0  # entries not yet counted on the bar
         self._procs: Any = None  # the group's ColdPool, when it may use worker processes
         self.fleet: Any = None

@@ -85,3 +85,21 @@ def test_throughput_benchmark_tiny(tmp_path: Path) -> None:
         assert all("kernel" not in c for c in cases)
     else:
         assert all(c["kernel_equals_reference"] for c in cases)
+
+
+def test_serve_says_a_bad_target_or_variable_in_one_line(tmp_path: Path) -> None:
+    serve = str(ROOT / "examples" / "serve.py")
+    for args, extra, first in (
+        (["--target", "cuda:999"], {}, "serve.py: error: target 'cuda:999' (backend 'triton')"),
+        ([], {"WARMKIT_JOBS": "abc"}, "serve.py: error: environment variable WARMKIT_JOBS='abc'"),
+    ):
+        os.environ.update(extra)
+        try:
+            proc = _run([serve, "--steps", "1", *args], tmp_path)
+        finally:
+            for k in extra:
+                del os.environ[k]
+        assert proc.returncode == 2, proc.stderr[-2000:]
+        lines = [line for line in proc.stderr.splitlines() if "error" in line.lower()]
+        assert len(lines) == 1 and lines[0].startswith(first), proc.stderr[-2000:]
+        assert "Traceback" not in proc.stderr

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import importlib.util
 import inspect
 import json
 import logging
@@ -108,8 +109,11 @@ class CuteDSLBackend:
         from warmkit import BackendStatus
 
         try:
-            api.require_cute()
+            # Metadata, not an import: importing the DSL takes seconds, and `warmkit list`
+            # asks every backend (a broken install fails at its first compile, naming it).
             version = api.cute_version()
+            if importlib.util.find_spec("cutlass") is None:
+                raise api.CuteDSLNotInstalledError("the cutlass module is missing")
         except api.CuteDSLNotInstalledError as exc:
             return BackendStatus(ok=False, reason=str(exc), install_hint=api.INSTALL_HINT)
         return BackendStatus(ok=True, reason=f"CuTe DSL {version}", version=version)

@@ -15,8 +15,10 @@ from __future__ import annotations
 import contextlib
 import importlib
 import importlib.metadata
+import importlib.util
 import os
 import platform
+import sys
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -89,7 +91,20 @@ def require_tilelang() -> ModuleType:
 
 
 def tilelang_version() -> str:
-    return str(require_tilelang().__version__)
+    """The installed TileLang's version, from its distribution's metadata: no import.
+
+    Importing TileLang (and TVM, torch) takes seconds; ``warmkit list`` and
+    ``available()`` need only whether it is installed and which version.
+
+    Raises:
+        TileLangNotInstalledError: no ``tilelang`` module is installed.
+    """
+    if importlib.util.find_spec("tilelang") is None:
+        raise TileLangNotInstalledError("tilelang is not installed")
+    try:
+        return importlib.metadata.version("tilelang")
+    except importlib.metadata.PackageNotFoundError:  # a source checkout: only the module knows
+        return str(require_tilelang().__version__)
 
 
 def tvm_ffi_version() -> str | None:
@@ -133,8 +148,31 @@ def cache_namespace() -> str:
 
 
 def kernels_dir() -> Path:
-    """Where TileLang looks entries up now: ``TILELANG_CACHE_DIR/<namespace>/kernels`` (absolute)."""
+    """Where TileLang looks entries up now: ``TILELANG_CACHE_DIR/<namespace>/kernels`` (absolute).
+
+    Before TileLang is imported, computed without importing it (TileLang and
+    TVM take seconds to import, and ``warmkit cache`` commands ask every
+    backend for its directory); ``test_tilelang_api`` checks both agree.
+    """
+    if "tilelang" not in sys.modules:
+        return _kernels_dir_unimported()
     return Path(_kernel_cache_class()._get_cache_root()).resolve()
+
+
+def _sanitize(component: str) -> str:  # KernelCache._sanitize_path_component, 0.1.15
+    sanitized = "".join(ch if ch.isalnum() or ch in "._-" else "_" for ch in component)
+    return sanitized.strip("._-") or "unknown"
+
+
+def _kernels_dir_unimported() -> Path:
+    """``kernels_dir()`` as TileLang 0.1.15 computes it (``KernelCache._get_cache_root``), no import."""
+    public, sep, local = tilelang_version().partition("+")  # _format_version_namespace
+    version = _sanitize(public)
+    local = "".join(ch if ch.isalnum() else "_" for ch in local).strip("_") if sep else ""
+    version = f"{version}_{local}" if local else version
+    base = os.environ.get("TILELANG_CACHE_DIR") or os.path.expanduser("~/.tilelang/cache")
+    host = f"{_sanitize(sys.platform)}-{_sanitize(platform.machine())}"
+    return (Path(base) / version / host / "kernels").resolve()
 
 
 def _cache_dir_var() -> Any:

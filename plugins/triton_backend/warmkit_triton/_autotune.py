@@ -596,6 +596,8 @@ def compile_stack(
             "single" if stack.autotuner is not None else None,
             cache_hit=inner.cache_hit,
         )
+    if not interpreted:
+        backend.require_device(name)  # before the driver is asked for its device: say why
     where = cache_dir()
     dev = None if interpreted else _current_device()
     gpu = gpu_model(dev, interpreted=interpreted)

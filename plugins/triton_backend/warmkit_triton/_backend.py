@@ -400,6 +400,23 @@ class TritonBackend(_explain.IdentityCapabilities):
         with _prep_lock:
             return api.prepare_function(fn)
 
+    def require_device(self, name: str) -> None:
+        """Raise, naming ``name`` and how to compile without a GPU, when Triton sees no GPU.
+
+        Raises:
+            RuntimeError: no GPU driver is active (the message says which target to give).
+        """
+        try:
+            _real_driver()
+        except Exception as exc:
+            raise RuntimeError(
+                f"kernel {name!r}: no GPU is visible to Triton ({exc}). To compile ahead of time "
+                "on this host, give a target: WARMKIT_TARGET=cuda:90 in the environment (any "
+                "warmkit command, `warmkit run` too), `--target cuda:90` of `warmkit warmup`, "
+                "`plan` or `bundle build`, or warmkit.WarmupConfig(target='cuda:90') in Python; "
+                "to run kernels on CPU set TRITON_INTERPRET=1 before importing them"
+            ) from exc
+
     def _compile_device(
         self,
         name: str,
@@ -411,15 +428,7 @@ class TritonBackend(_explain.IdentityCapabilities):
         options: Any,
         scope: _Scope | None,
     ) -> TritonExecutor:
-        try:
-            _real_driver()
-        except Exception as exc:
-            raise RuntimeError(
-                f"kernel {name!r}: no GPU is visible to Triton ({exc}). To compile ahead of time "
-                "on this host, give a target: `--target cuda:90` on the warmkit command line, "
-                "WARMKIT_TARGET=cuda:90, or warmkit.WarmupConfig(target='cuda:90') in Python; to "
-                "run kernels on CPU set TRITON_INTERPRET=1 before importing them"
-            ) from exc
+        self.require_device(name)
         self._forget_in_memory(fn)
         with _device_guard(scope.device if scope is not None else None):
             device = self._prepare(fn)

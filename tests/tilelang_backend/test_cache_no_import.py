@@ -1,0 +1,48 @@
+"""``warmkit cache`` commands import TileLang only when its cache has entries (issue 29, item 7)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+HEAVY = "sorted(m for m in ('tilelang', 'tvm', 'cutlass') if m in sys.modules)"
+
+
+def _child(code: str, cache: Path) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WARMKIT_")}
+    env["TILELANG_CACHE_DIR"] = str(cache)
+    return subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=False
+    )
+
+
+def test_kernels_dir_before_the_import_is_tilelangs_own(tmp_path: Path) -> None:
+    code = (
+        "import json, sys\n"
+        "from warmkit_tilelang import _tilelang_api as api\n"
+        "before = str(api.kernels_dir())\n"
+        "assert 'tilelang' not in sys.modules\n"
+        "import tilelang\n"
+        "print(json.dumps([before, str(api.kernels_dir())]))\n"
+    )
+    proc = _child(code, tmp_path / "tl-cache")
+    assert proc.returncode == 0, proc.stderr
+    before, after = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert before == after and before.startswith(str((tmp_path / "tl-cache").resolve()))
+
+
+def test_cache_info_and_verify_of_an_empty_tilelang_cache_import_no_dsl(tmp_path: Path) -> None:
+    for command in ("info", "verify"):
+        code = (
+            "import json, sys\n"
+            "from warmkit._cli import main\n"
+            f"rc = main(['cache', '{command}', '--json'])\n"
+            f"print(json.dumps([rc, {HEAVY}]), file=sys.stderr)\n"
+        )
+        proc = _child(code, tmp_path / "empty")
+        rc, heavy = json.loads(proc.stderr.strip().splitlines()[-1])
+        assert (rc, heavy) == (0, []), proc.stderr
+        assert "tilelang" in json.loads(proc.stdout)  # still listed, with its directory
