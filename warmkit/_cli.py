@@ -23,7 +23,6 @@ An error prints one line; ``-v`` adds the traceback and full compiler logs. With
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import logging
 import os
@@ -33,6 +32,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from ._cli_args import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, make_parser
+from ._cli_output import json_stdout, print_json
 from ._exceptions import (
     BackendUnavailableError,
     BundleError,
@@ -97,7 +97,7 @@ def _cmd_list(args: argparse.Namespace) -> int:
     ]
     code = EXIT_FAILED if any("problem" in k for k in kernels) else EXIT_OK
     if args.json:
-        _print_json(json.dumps({"backends": backends, "kernels": kernels}, indent=2))
+        print_json(json.dumps({"backends": backends, "kernels": kernels}, indent=2))
         return code
     print("backends:")
     for b in backends:
@@ -168,7 +168,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         listed = [
             {"module": m.module, "distribution": m.distribution, "file": m.file} for m in modules
         ]
-        _print_json(json.dumps(out | {"modules": listed}, indent=2))
+        print_json(json.dumps(out | {"modules": listed}, indent=2))
         return EXIT_OK
     notes = _tuning_notes(registry, target)
     for title, section in (("", plan), (" [recorded]", recorded)):
@@ -279,7 +279,7 @@ def _cmd_bundle(args: argparse.Namespace) -> int:
         )
         info = inspect_bundle(args.output)
         if args.json:
-            _print_json(json.dumps(info["totals"] | {"output": args.output}, indent=2))
+            print_json(json.dumps(info["totals"] | {"output": args.output}, indent=2))
         else:
             t = info["totals"]
             print(
@@ -304,7 +304,7 @@ def _cmd_bundle(args: argparse.Namespace) -> int:
             "prepared": result.prepared,
         }
         if args.json:
-            _print_json(json.dumps(summary, indent=2))
+            print_json(json.dumps(summary, indent=2))
         else:
             signed = f" (signature by trusted key {result.signed_by})" if result.signed_by else ""
             print(
@@ -326,7 +326,7 @@ def _cmd_bundle(args: argparse.Namespace) -> int:
         return EXIT_OK
     info = inspect_bundle(args.bundle)
     if args.json:
-        _print_json(json.dumps(info, indent=2))
+        print_json(json.dumps(info, indent=2))
         return EXIT_OK
     t = info["totals"]
     print(
@@ -410,7 +410,7 @@ def _cmd_cache(args: argparse.Namespace) -> int:
         }
     n_bad = sum(len(r["bad"]) for r in result.values())
     if args.json:
-        _print_json(json.dumps(result, indent=2))
+        print_json(json.dumps(result, indent=2))
     else:
         for name, r in result.items():
             print(f"{name}: {r['directory']}: {r['entries']} entr(ies), {len(r['bad'])} bad")
@@ -496,7 +496,7 @@ def _cmd_record(args: argparse.Namespace) -> int:
         "unreplayable": [{"kernel": e.name, "reason": e.reason} for e in bad],
     }
     if args.json:
-        _print_json(json.dumps(summary, indent=2))
+        print_json(json.dumps(summary, indent=2))
     else:
         print(
             f"recorded {summary['specializations']} specialization(s) of {len(kernels)} "
@@ -535,7 +535,7 @@ def _cmd_explain(args: argparse.Namespace, bundle: str | None = None) -> int:
     )  # fmt: skip
     misses = sum(e.status == "miss" for e in found)
     if args.json:
-        _print_json(explanations_json(found))
+        print_json(explanations_json(found))
     else:
         for e in found:
             print(e.line())
@@ -550,7 +550,7 @@ def _cmd_coverage(args: argparse.Namespace) -> int:
 
     registry = WarmupRegistry.load(args.manifest)
     report = coverage(registry, read_recorded(args.recorded), target=args.target)
-    _print_json(json.dumps(report.to_dict(), indent=2) if args.json else report.text())
+    print_json(json.dumps(report.to_dict(), indent=2) if args.json else report.text())
     return EXIT_OK if report.ok else EXIT_FAILED
 
 
@@ -584,7 +584,7 @@ def _cmd_cache_upkeep(args: argparse.Namespace) -> int:
         else:
             result[name] = _cache.pull_cache(backend, args.url, root)
     if args.json:
-        _print_json(json.dumps(result, indent=2, default=str))
+        print_json(json.dumps(result, indent=2, default=str))
         return EXIT_FAILED if any(r.get("refused") for r in result.values()) else EXIT_OK
     for name, r in result.items():
         if cmd == "info":
@@ -620,7 +620,7 @@ def _cmd_clear_store(args: argparse.Namespace) -> int:
 
     result = clear_store(args.url, dry_run=args.dry_run)
     if args.json:
-        _print_json(json.dumps(result, indent=2))
+        print_json(json.dumps(result, indent=2))
     else:
         verb = "would delete" if args.dry_run else "deleted"
         print(f"{result['store']}: {verb} {len(result['found'])} entr(ies)")
@@ -635,7 +635,7 @@ def _envs_target() -> str | None:
 
 def _print_report(report: Any, as_json: bool, verbose: int = 0) -> None:
     if as_json:
-        _print_json(report.to_json())
+        print_json(report.to_json())
     else:
         print(report.table())
     if verbose:  # the full compiler logs that the table cut to their first and last lines
@@ -643,56 +643,6 @@ def _print_report(report: Any, as_json: bool, verbose: int = 0) -> None:
             if e.exception is not None:
                 print(f"--- {e.kernel} {e.key!r}:", file=sys.stderr)
                 traceback.print_exception(e.exception, file=sys.stderr)
-
-
-_json_out: list[Any] = []  # the real stdout while a --json command runs (see _json_stdout)
-
-
-def _print_json(text: str) -> None:
-    """Print the command's one JSON document: to the real stdout, also under ``--json``."""
-    print(text, file=_json_out[-1] if _json_out else sys.stdout)
-
-
-def _stdout_fd() -> int | None:
-    try:
-        return sys.stdout.fileno()
-    except (AttributeError, OSError, ValueError):  # replaced by a stream without one (tests)
-        return None
-
-
-@contextlib.contextmanager
-def _json_stdout(on: bool) -> Iterator[None]:
-    """Under ``--json``, stdout carries the JSON document and nothing else.
-
-    Everything else that writes to stdout while the command runs goes to
-    stderr: Python code through ``sys.stdout`` (TileLang's log handler writes
-    its INFO lines there), C code through file descriptor 1, and the child
-    process of ``warmkit record/run --json``, which inherits it.
-    """
-    if not on:
-        yield
-        return
-    saved = sys.stdout
-    saved.flush()
-    real_fd = os.dup(1) if _stdout_fd() == 1 else None
-    if real_fd is None:
-        out = saved  # not the process's stdout (a test's capture): Python-level only
-    else:
-        out = open(real_fd, "w", encoding=saved.encoding or "utf-8", closefd=False)  # noqa: SIM115
-        os.dup2(2, 1)
-    _json_out[:] = [out]
-    sys.stdout = sys.stderr
-    try:
-        yield
-    finally:
-        sys.stderr.flush()
-        with contextlib.suppress(OSError):  # a closed pipe: main's BrokenPipeError handles it
-            out.flush()
-        sys.stdout = saved
-        _json_out.clear()
-        if real_fd is not None:
-            os.dup2(real_fd, 1)
-            os.close(real_fd)
 
 
 def _quiet_fp_fusion_advice() -> None:
@@ -743,7 +693,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if getattr(args, "manifest_modules", None):  # for this command (and `run`'s child)
         os.environ["WARMKIT_MANIFEST_MODULES"] = args.manifest_modules
     try:
-        with _json_stdout(bool(getattr(args, "json", False))):
+        with json_stdout(bool(getattr(args, "json", False))):
             return commands[args.command](args)
     except KeyboardInterrupt as exc:
         report = getattr(exc, "report", None)

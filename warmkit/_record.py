@@ -91,8 +91,7 @@ def _id_head(backend: str | None, kind: str, kernel: str) -> str:
 def _entry_id(
     backend: str | None, kind: str, kernel: str, spec_json: str, target: str | None
 ) -> str:
-    # = _canonical([backend, kind, kernel, spec, target]): spec_json is already
-    # canonical, so it is spliced in rather than parsed and dumped again.
+    # = _canonical([backend, kind, kernel, spec, target]), spec_json spliced in (already canonical)
     ident = f"{_id_head(backend, kind, kernel)}{spec_json},{_canonical_cached(target)}]"
     return hashlib.sha256(ident.encode()).hexdigest()[:24]
 
@@ -571,11 +570,7 @@ class Recorder:
         return len(new)
 
     def ensure_written(self) -> None:
-        """Write a manifest with no entries unless the file exists.
-
-        A recorded run that compiled nothing still leaves a valid manifest, so
-        ``warmkit record ... && warmkit coverage`` (or ``warmkit run -m``) reads 0.
-        """
+        """Write a manifest with no entries unless the file exists (``record && coverage`` reads 0)."""
         with self._lock:
             self._merge([])
 
@@ -689,8 +684,7 @@ def key_entry(cls: type, key: Any, target: str | None = None) -> RecordedEntry:
 class RecordedItem(NamedTuple):
     """A recorded entry resolved for warmup: its kernel and key, or why it cannot be warmed.
 
-    A named tuple, not an attrs class: one is made per recorded key, and a
-    tuple is made in one step (B10, ``docs/performance.md``).
+    A named tuple: one is made per recorded key, in one step (B10, performance.md).
 
     Attributes:
         entry: the recorded entry.

@@ -634,3 +634,29 @@ def fingerprint(target: Target | None) -> dict[str, str]:
         "ptxas": str(rec["ptxas"].get("version")),
         "env": json.dumps(rec["env"], sort_keys=True),
     }
+
+
+def real_driver() -> Any:
+    """Triton's driver for this process's device, never the AOT router; raises when there is no GPU."""
+    active = api.installed_driver()
+    if active is None or isinstance(active, _RoutingDriver):
+        return api.default_driver()
+    return active
+
+
+def require_device(name: str) -> None:
+    """Raise, naming ``name`` and how to compile without a GPU, when Triton sees no GPU.
+
+    Raises:
+        RuntimeError: no GPU driver is active (the message says which target to give).
+    """
+    try:
+        real_driver()
+    except Exception as exc:
+        raise RuntimeError(
+            f"kernel {name!r}: no GPU is visible to Triton ({exc}). To compile ahead of time "
+            "on this host, give a target: WARMKIT_TARGET=cuda:90 in the environment (any "
+            "warmkit command, `warmkit run` too), `--target cuda:90` of `warmkit warmup`, "
+            "`plan` or `bundle build`, or warmkit.WarmupConfig(target='cuda:90') in Python; "
+            "to run kernels on CPU set TRITON_INTERPRET=1 before importing them"
+        ) from exc

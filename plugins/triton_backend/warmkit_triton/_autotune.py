@@ -522,7 +522,7 @@ def compile_stack(
     winner, or every surviving config compiled in parallel then benchmarked,
     as an :class:`AutotunedExecutor`.
     """
-    from ._aot import cache_dir
+    from ._aot import cache_dir, require_device
     from ._kernel import InterpretedExecutor, _verify_default, check_warmup_args
 
     args, kwargs = _warmup_pair(name, warmup)
@@ -597,7 +597,7 @@ def compile_stack(
             cache_hit=inner.cache_hit,
         )
     if not interpreted:
-        backend.require_device(name)  # before the driver is asked for its device: say why
+        require_device(name)  # before the driver is asked for its device: say why
     where = cache_dir()
     dev = None if interpreted else _current_device()
     gpu = gpu_model(dev, interpreted=interpreted)

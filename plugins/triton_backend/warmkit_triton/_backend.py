@@ -49,7 +49,9 @@ from ._aot import (
     fingerprint,
     parse_target,
     prepare_entries,
+    real_driver,
     relocate_cache_entry,
+    require_device,
     routing,
     validate_target,
     write_entry_record,
@@ -123,16 +125,6 @@ def _device_guard(device: Any) -> Iterator[Any]:
         active.set_current_device(current)
 
 
-def _real_driver() -> Any:
-    """Triton's driver for this process's device, never the AOT router; raises when there is no GPU."""
-    from ._aot import _RoutingDriver
-
-    active = api.installed_driver()
-    if active is None or isinstance(active, _RoutingDriver):
-        return api.default_driver()
-    return active
-
-
 class TritonBackend(_explain.IdentityCapabilities):
     """The Triton backend (entry point ``triton`` in ``warmkit.backends``).
 
@@ -174,7 +166,7 @@ class TritonBackend(_explain.IdentityCapabilities):
         try:
             if api.interpreting():
                 return INTERPRETER
-            target = _real_driver().get_current_target()
+            target = real_driver().get_current_target()
         except Exception as exc:  # noqa: BLE001 - no GPU, no driver: no default target
             logger.debug("no Triton device target: %s", exc)
             return None
@@ -254,7 +246,7 @@ class TritonBackend(_explain.IdentityCapabilities):
                 scope.driver = AotDriver(tgt)
             else:
                 try:
-                    scope.device = _real_driver().get_current_device()
+                    scope.device = real_driver().get_current_device()
                 except Exception as exc:  # noqa: BLE001 - reported per key by compile()
                     logger.debug("compile_scope: no device (%s)", exc)
             if scope.jobs > 1:
@@ -400,23 +392,6 @@ class TritonBackend(_explain.IdentityCapabilities):
         with _prep_lock:
             return api.prepare_function(fn)
 
-    def require_device(self, name: str) -> None:
-        """Raise, naming ``name`` and how to compile without a GPU, when Triton sees no GPU.
-
-        Raises:
-            RuntimeError: no GPU driver is active (the message says which target to give).
-        """
-        try:
-            _real_driver()
-        except Exception as exc:
-            raise RuntimeError(
-                f"kernel {name!r}: no GPU is visible to Triton ({exc}). To compile ahead of time "
-                "on this host, give a target: WARMKIT_TARGET=cuda:90 in the environment (any "
-                "warmkit command, `warmkit run` too), `--target cuda:90` of `warmkit warmup`, "
-                "`plan` or `bundle build`, or warmkit.WarmupConfig(target='cuda:90') in Python; "
-                "to run kernels on CPU set TRITON_INTERPRET=1 before importing them"
-            ) from exc
-
     def _compile_device(
         self,
         name: str,
@@ -428,7 +403,7 @@ class TritonBackend(_explain.IdentityCapabilities):
         options: Any,
         scope: _Scope | None,
     ) -> TritonExecutor:
-        self.require_device(name)
+        require_device(name)
         self._forget_in_memory(fn)
         with _device_guard(scope.device if scope is not None else None):
             device = self._prepare(fn)
@@ -715,10 +690,10 @@ class TritonBackend(_explain.IdentityCapabilities):
     ) -> list[tuple[str, dict[str, Any]]]:
         """Map a declared kernel's keys to the Triton specializations they compile, without compiling.
 
-        Used by ``warmkit coverage``; no GPU needed (see ``_record.declared_specializations``).
+        Used by ``warmkit coverage``; no GPU needed (see ``_coverage.declared_specializations``).
         """
         require_triton()
-        from ._record import declared_specializations
+        from ._coverage import declared_specializations
 
         return declared_specializations(kernel, keys, target)
 
