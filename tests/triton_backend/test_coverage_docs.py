@@ -130,4 +130,5 @@ def test_cli_coverage_refuses_an_unknown_target_like_every_command(
     assert line.startswith(
         "warmkit: error: ValueError: target 'cuda:999' (backend 'triton'): unknown Triton target"
     )
-    assert "supported: cuda:75" in line
+    # the accepted targets are listed (which ones depends on the Triton wheel's ptxas)
+    assert "cuda:90" in line.split("unknown Triton target", 1)[1]
