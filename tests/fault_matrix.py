@@ -1089,6 +1089,7 @@ def _proc_sigint(e: Env, twice: bool) -> tuple[str, str]:
         not log.exists() or len(log.read_text().split("\n")) < 5
     ) and time.monotonic() < deadline:
         time.sleep(0.05)
+    t_signal = time.monotonic()  # one system-wide clock with the child's log: no slack needed
     p.send_signal(signal.SIGINT)
     if twice:
         time.sleep(0.5)
@@ -1103,7 +1104,7 @@ def _proc_sigint(e: Env, twice: bool) -> tuple[str, str]:
     pids = {int(x) for x in (out_dir / "pids").read_text().split()}
     pids |= {int(line.split()[0]) for line in log.read_text().splitlines()}
     started_after = [
-        line for line in log.read_text().splitlines() if float(line.split()[2]) > t0 - 0.05
+        line for line in log.read_text().splitlines() if float(line.split()[2]) > t_signal
     ]
     time.sleep(0.5)
     left = sorted(pid for pid in pids if _alive(pid))
