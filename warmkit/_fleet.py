@@ -64,6 +64,7 @@ from ._store import (
     Lease,
     Store,
     StoredEntry,
+    _redact,
     entry_meta,
     name_problems,
     open_store,
@@ -125,6 +126,7 @@ class Fleet:
         self._store: Store | None = None
         self._down = False
         self._lock = threading.Lock()
+        self._bypass_told: set[str] = set()  # kernels told to bypass the store (_bypassed)
         self._leases: dict[str, Lease] = {}
         self._stop = threading.Event()
         self._renewer: threading.Thread | None = None
@@ -303,6 +305,21 @@ class Fleet:
 
     # -- one key -------------------------------------------------------------------------------------
 
+    def _bypassed(self, name: str) -> None:
+        """Say once per kernel that its keys do not go through the configured store."""
+        with self._lock:
+            if name in self._bypass_told:
+                return
+            self._bypass_told.add(name)
+        logger.warning(
+            "kernel %r: its keys do not go through the store %s (their cache entry cannot be "
+            "known before compiling: an autotuned or heuristic stack, or a backend without "
+            "fleet entries); each host compiles them itself%s",
+            name,
+            _redact(self.url or ""),
+            ", whatever store_required says" if self.store_required else "",
+        )
+
     def compile(
         self, backend: Any, kernel: Any, key: Any, target: str | None, *, probed: Any = None
     ) -> tuple[Any, str]:
@@ -325,6 +342,8 @@ class Fleet:
         else:
             ek = None if backend is None else self._entry_key(backend, kernel, key, target)
         if ek is None:
+            if self.url is not None:
+                self._bypassed(type(kernel).name)
             executor, cached = kernel._warmkit_compile(key, target)
             hit = cached or reports_cache_hit(executor)
             if self.read_only and not hit:

@@ -241,6 +241,28 @@ def test_store_required_fails_when_the_store_is_down(tmp_path, monkeypatch, redi
     assert isinstance(info.value.__cause__, warmkit.StoreUnavailableError)
 
 
+def test_a_kernel_whose_keys_bypass_the_store_is_named_once(
+    tmp_path, monkeypatch, caplog, redis_server
+):
+    # A heuristic stack has no single cache entry, so its keys never go through the store;
+    # with store_required that used to pass without a word (the setting silently unapplied).
+    from ._docs_tuned import HeurCopy
+
+    reg = warmkit.WarmupRegistry()
+    with reg.activate():
+        HeurCopy().register_warmup(n=4096)
+        HeurCopy().register_warmup(n=8192)
+    with caplog.at_level(logging.WARNING, logger="warmkit"):
+        report = warm(tmp_path / "a", monkeypatch, reg, store=redis_server.url, store_required=True)
+    assert report.ok and report.totals()["compiled"] == 2
+    told = [
+        r.getMessage() for r in caplog.records if "do not go through the store" in r.getMessage()
+    ]
+    assert len(told) == 1, told
+    assert "HeurCopy'" in told[0] and redis_server.url in told[0]
+    assert "whatever store_required says" in told[0]
+
+
 def _snapshot(root: Path) -> dict[str, tuple[int, int, int]]:
     return {
         str(p.relative_to(root)): (p.stat().st_mode, p.stat().st_size, p.stat().st_mtime_ns)
