@@ -25,6 +25,13 @@
 #                bash benchmarks/gpu_session.sh autotune   (carry: .whl) B11 and the autotune GPU test
 #                bash benchmarks/gpu_session.sh record     (carry: .whl) B9 (record/replay) and its GPU test
 #                bash benchmarks/gpu_session.sh fleet      (carry: .whl, .redis) B9 fleet: 4 ranks, one host
+#                bash benchmarks/gpu_session.sh real_libraries  (carry: .whl; LIBS=fla,liger) #30: warm
+#                                                          starts on real libraries against Triton alone
+#                                                          (benchmarks/real_libraries.py; ~5 min per
+#                                                          library). Its wheels, from metadata:
+#                                                          benchmarks/wheel_deps.py --python 3.12 warmkit
+#                                                          warmkit-triton liger-kernel, plus fla-core==0.6.0
+#                                                          (it needs only torch, triton, einops: on the image)
 #                bash benchmarks/gpu_session.sh multigpu   (carry: .whl, .redis; kind nvidia-h200-x2) B12:
 #                                                          examples/serve_ranks.py, 2 ranks on 2 GPUs, its
 #                                                          4 configurations x 1000 steps, and its GPU test
@@ -125,6 +132,9 @@ elif [ "${1:-}" = fleet ]; then
         --out "$RES/b9_none.json"
     TAIL=12 step b9_fleet_redis 280 python3 benchmarks/fleet.py --hosts 1 --ranks 4 --store redis \
         --out "$RES/b9_redis.json"
+elif [ "${1:-}" = real_libraries ]; then
+    TAIL=40 step real_libraries 590 python3 benchmarks/real_libraries.py --runs "${RUNS:-5}" \
+        --libs "${LIBS:-fla,liger}" --out "$RES/real_libraries"
 elif [ "${1:-}" = multigpu ]; then
     # B12 (#15): one process per GPU; NVLink multicast off here and in every rank's environment.
     export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1

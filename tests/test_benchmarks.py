@@ -29,12 +29,14 @@ SCRIPTS = [
     "warm_key.py",
 ]
 #: not benchmarks: shared helpers and workloads (synthetic_kernels.py has its own check below);
-#: identity_gpu.py is the lead's H200 proof of pinned identity (needs CUDA and fla-core)
+#: identity_gpu.py is the lead's H200 proof of pinned identity (needs CUDA and fla-core);
+#: real_libraries.py needs CUDA, fla-core and liger-kernel (its refusals are tested below)
 HELPERS = {
     "_common.py",
     "synthetic_kernels.py",
     "plot_scale.py",
     "identity_gpu.py",
+    "real_libraries.py",
     "wheel_deps.py",
 }
 
@@ -140,3 +142,23 @@ def test_wheel_deps_resolves_requires_dist_recursively_minus_the_gpu_hosts_packa
         check=False,
     )
     assert proc.returncode == 1 and "no-such-dist-xyz (required by the command line)" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "rc", "said"),
+    [
+        (["--libs", "fla,nope"], 2, "unknown --libs ['nope']"),
+        (["--runs", "3"], 2, "--runs must be >= 5"),
+        ([], 1, "no CUDA GPU is visible; run it on a GPU host"),
+    ],
+)
+def test_real_libraries_refuses_bad_arguments_and_a_host_without_cuda(args, rc, said, tmp_path):
+    torch = pytest.importorskip("torch")
+    if not args and torch.cuda.is_available():
+        pytest.skip("a CUDA GPU is visible: the benchmark would run")
+    proc = subprocess.run(
+        [sys.executable, str(BENCH / "real_libraries.py"), *args, "--out", str(tmp_path / "o")],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert proc.returncode == rc and said in proc.stderr, proc.stderr
+    assert not (tmp_path / "o").exists()  # refused before any process ran

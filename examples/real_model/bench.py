@@ -1,6 +1,8 @@
 """Time to first response of gen.py, with and without warmkit, on a GPU host: one command, fresh processes.
 
-Rows (each the median of ``--runs`` fresh processes, default 5):
+Rows (each the median of fresh processes: ``--runs``, default 5, for rows 2 and 4,
+which take turns so that a slow minute lands on both; ``--other-runs``, default
+``--runs``, for rows 1, 3 and 5):
 
 1. cold: an empty ``TRITON_CACHE_DIR`` per process, no warmkit;
 2. a warm Triton cache (primed by one uncounted run), no warmkit;
@@ -26,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shlex
 import shutil
 import statistics
@@ -38,6 +41,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 GEN = [sys.executable, str(HERE / "gen.py")]
 TIMEOUT_S = 300
+HOOK_LINE = re.compile(r"warmed \d+ key\(s\) of \S+ in ([0-9.]+)s")
 
 
 class Bench:
@@ -63,13 +67,16 @@ class Bench:
 
     def gen(self, prefix: list[str], cache: Path, label: str) -> dict:
         """One fresh process of gen.py (under ``prefix``); its parsed lines."""
-        out = self._call([*prefix, *self.workload], cache, label, launch=True)
-        got = {"label": label}
+        out, err = self._call([*prefix, *self.workload], cache, label, launch=True)
+        got: dict = {"label": label}
+        hook = HOOK_LINE.search(err)
+        if hook:  # `warmkit run`'s startup hook: its warmup's seconds
+            got["warmup_s"] = float(hook.group(1))
         for line in out.splitlines():
             word, _, rest = line.partition(" ")
             if word == "TOKENS":
                 got["tokens"] = json.loads(rest)
-            elif word in ("FIRST_RESPONSE_S", "STEADY_S"):
+            elif word in ("FIRST_RESPONSE_S", "STEADY_S", "MAIN_AT_S", "IMPORTS_S"):
                 got[word.lower()] = float(rest)
             elif word in ("COMPILES", "JIT_EVENTS"):
                 got[word.lower()] = int(rest.split()[0])
@@ -77,7 +84,9 @@ class Bench:
             raise SystemExit(f"bench: {label} printed no TOKENS line; see {self.out / label}.log")
         return got
 
-    def _call(self, cmd: list[str], cache: Path, label: str, launch: bool = False) -> str:
+    def _call(
+        self, cmd: list[str], cache: Path, label: str, launch: bool = False
+    ) -> tuple[str, str]:
         env = dict(os.environ, TRITON_CACHE_DIR=str(cache), HF_HUB_OFFLINE="1")
         if launch:  # the clock gen.py's FIRST_RESPONSE_S counts from: warmkit's start included
             env["REAL_MODEL_LAUNCH"] = repr(time.time())
@@ -96,37 +105,36 @@ class Bench:
             raise SystemExit(
                 f"bench: {label} exited {proc.returncode}: {shlex.join(cmd)}; see {log}"
             )
-        return proc.stdout
+        return proc.stdout, proc.stderr
 
 
-def measure(b: Bench, runs: int) -> tuple[list[tuple[str, list[dict]]], dict]:
+def measure(b: Bench, runs: int, other: int) -> tuple[list[tuple[str, list[dict]]], dict]:
     """Every row's runs, in the module docstring's order, and the build/install seconds."""
     rows: list[tuple[str, list[dict]]] = []
-    cold = [b.gen([], b.cache(), f"cold-{i}") for i in range(runs)]
+    cold = [b.gen([], b.cache(), f"cold-{i}") for i in range(other)]
     rows.append(("cold: empty Triton cache, no warmkit", cold))
     warm = b.cache()
     b.gen([], warm, "warm-prime")
-    rows.append(
-        ("warm Triton cache, no warmkit", [b.gen([], warm, f"warm-{i}") for i in range(runs)])
-    )
     recorded = []
-    for i in range(runs):
+    for i in range(other):
         rec = [*b.warmkit, "record", "-o", f"rec-{i}.json", "--"]
         recorded.append(b.gen(rec, b.cache(), f"record-{i}"))
     shutil.copy(b.out / "rec-0.json", b.out / "run.json")
     replay = [*b.warmkit, "run", "-m", "run.json", "--"]
+    b.gen(replay, warm, "run-prime")  # warmkit's own entries into the warm cache, uncounted
+    warm_rows: list[dict] = []
+    run_rows: list[dict] = []
+    for i in range(runs):  # taking turns: a slow minute of the host lands on both rows
+        warm_rows.append(b.gen([], warm, f"warm-{i}"))
+        run_rows.append(b.gen(replay, warm, f"run-{i}"))
+    rows.append(("warm Triton cache, no warmkit", warm_rows))
     rows.append(("`warmkit record` (empty cache)", recorded))
-    rows.append(
-        (
-            "`warmkit run -m run.json`, warm cache",
-            [b.gen(replay, warm, f"run-{i}") for i in range(runs)],
-        )
-    )
+    rows.append(("`warmkit run -m run.json`, warm cache", run_rows))
     build_s = b.wk(
         "bundle", "build", "run.json", "--target", "cuda:90", "-o", "model.wkb", cache=b.cache()
     )
     bundled, install_s = [], []
-    for i in range(runs):
+    for i in range(other):
         cache = b.cache()
         install_s.append(b.wk("bundle", "install", "model.wkb", cache=cache))
         bundled.append(b.gen(replay, cache, f"bundle-{i}"))
@@ -150,13 +158,25 @@ def check(b: Bench, rows: list[tuple[str, list[dict]]]) -> None:
                     b.failures.append(f"{r['label']}: COMPILES {r.get('compiles')} (expected 0)")
 
 
+def _before_model(r: dict) -> float | None:
+    if "main_at_s" not in r:
+        return None
+    return r["main_at_s"] + r["imports_s"]
+
+
+def _median(runs: list[dict], value) -> float:
+    got = [v for v in map(value, runs) if v is not None]
+    return statistics.median(got) if got else float("nan")
+
+
 def table(rows: list[tuple[str, list[dict]]], extra: dict) -> str:
     lines = [
         (
-            "| run | N | first response, median (s) | min-max (s) | steady generate, median (s) "
-            "| compiles | JIT events | tokens = recorded |"
+            "| run | N | first response, median (s) | min-max (s) | before the model, median (s) "
+            "| hook's warmup (s) | steady generate, median (s) | compiles | JIT events "
+            "| tokens = recorded |"
         ),
-        "|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     reference = dict(rows)["`warmkit record` (empty cache)"][0]["tokens"]
     for name, runs in rows:
@@ -164,11 +184,22 @@ def table(rows: list[tuple[str, list[dict]]], extra: dict) -> str:
         events = {r.get("jit_events", "-") for r in runs}
         lines.append(
             f"| {name} | {len(runs)} | {statistics.median(first):.2f} | {min(first):.2f}-{max(first):.2f} "
+            f"| {_median(runs, _before_model):.2f} "
+            f"| {_median(runs, lambda r: r.get('warmup_s')):.2f} "
             f"| {statistics.median(r['steady_s'] for r in runs):.3f} "
             f"| {','.join(str(c) for c in sorted({r['compiles'] for r in runs}))} "
             f"| {','.join(str(e) for e in sorted(events, key=str))} "
             f"| {all(r['tokens'] == reference for r in runs)} |"
         )
+    named = dict(rows)
+    extra_s = _median(named["`warmkit run -m run.json`, warm cache"], _before_model) - _median(
+        named["warm Triton cache, no warmkit"], _before_model
+    )
+    lines.append(
+        "\nbefore the model: launch to the end of gen.py's imports (MAIN_AT_S + IMPORTS_S); "
+        f"`warmkit run`'s own cost beyond the imports the command makes anyway: {extra_s:.2f} s "
+        "(its row's median minus the warm row's)"
+    )
     install = extra["bundle_install_s"]
     lines.append(
         f"\nbundle build (once, on this host): {extra['bundle_build_s']:.1f} s; "
@@ -179,7 +210,13 @@ def table(rows: list[tuple[str, list[dict]]], extra: dict) -> str:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--runs", type=int, default=5, help="fresh processes per row (default 5)")
+    p.add_argument(
+        "--runs", type=int, default=5, help="fresh processes of rows 2 and 4 (default 5)"
+    )
+    p.add_argument(
+        "--other-runs", type=int, default=None,
+        help="fresh processes of rows 1, 3 and 5 (default: --runs)",
+    )  # fmt: skip
     p.add_argument("--out", type=Path, default=Path("out/real_model"), help="where results go")
     p.add_argument(
         "--warmkit", default=f"{shlex.quote(sys.executable)} -m warmkit",
@@ -194,7 +231,7 @@ def main() -> None:
     a.out = a.out.resolve()
     a.out.mkdir(parents=True, exist_ok=True)
     b = Bench(a.out, shlex.split(a.warmkit), shlex.split(a.gen))
-    rows, extra = measure(b, a.runs)
+    rows, extra = measure(b, a.runs, a.runs if a.other_runs is None else a.other_runs)
     check(b, rows)
     text = table(rows, extra)
     print(text)

@@ -9,6 +9,10 @@ compiles warmkit records (``warmkit record``) and replays (``warmkit run``).
 Prints, one per line::
 
     TOKENS [...]             the generated token ids (the recorded run's must match)
+    MAIN_AT_S s              from the process launch to this script's first line (under
+                             `warmkit run`: the interpreter's start and the startup hook's warmup)
+    IMPORTS_S s              this script's imports of torch, transformers and Liger-Kernel (about
+                             0 under `warmkit run`, whose warmup imported them already)
     FIRST_RESPONSE_S s       from the process launch to the end of the first generate()
     STEADY_S s               the second generate() of the same prompt
     COMPILES n               Triton compiles that were not disk hits (Triton's own listener)
@@ -110,6 +114,8 @@ def _count_compiles() -> list[str]:
 
 def main() -> None:
     launched = launch_time()
+    main_at = time.time() - launched
+    t0 = time.perf_counter()
     import torch
 
     if not torch.cuda.is_available():
@@ -118,6 +124,10 @@ def main() -> None:
             "run it on a GPU host (examples/real_model/README.md). On a CPU host, "
             "examples/real_model/record_cpu.py records the same model's kernels."
         )
+    import liger_kernel.transformers  # noqa: F401 -- timed here: build_model() imports it
+    import transformers  # noqa: F401 -- timed here: build_model() imports it
+
+    imports = time.perf_counter() - t0
     compiles = _count_compiles()
     model = build_model("cuda")
     tokens = generate(model, "cuda")
@@ -128,6 +138,8 @@ def main() -> None:
     if again != tokens:
         raise SystemExit(f"gen.py: the second generate() gave other tokens: {again} != {tokens}")
     print(f"TOKENS {tokens}")
+    print(f"MAIN_AT_S {main_at:.3f}")
+    print(f"IMPORTS_S {imports:.3f}")
     print(f"FIRST_RESPONSE_S {first:.3f}")
     print(f"STEADY_S {steady:.3f}")
     print(f"COMPILES {len(compiles)}")
