@@ -87,58 +87,91 @@ def main(hook_file: str | None = None) -> None:
 
     A failed warmup of ``WARMKIT_MANIFEST`` ends the process with exit code 1
     (after printing the report), before any of the command's code runs.
+
+    In a process that ``multiprocessing`` spawned, what it is becomes known only
+    once it has unpickled its process object: the hook then acts just before
+    the process's target runs, and not at all in warmkit's own compile workers
+    (``_workers._WorkerProcess``), which would otherwise each warm up (or
+    record) the whole manifest again.
     """
+    try:
+        if _multiprocessing_child():
+            _defer_to_bootstrap()
+        else:
+            _act()
+    finally:
+        if hook_file is not None:
+            _chain(hook_file)
+
+
+def _multiprocessing_child() -> bool:
+    """Started by ``multiprocessing``: a spawned child (its target not known yet), its forkserver
+    or its resource tracker (neither runs the command's code)."""
+    return any(a.startswith("from multiprocessing.") for a in getattr(sys, "orig_argv", ()))
+
+
+def _defer_to_bootstrap() -> None:
+    from multiprocessing.process import BaseProcess
+
+    original = BaseProcess._bootstrap
+
+    def bootstrap(self: BaseProcess, *args: Any, **kwargs: Any) -> Any:
+        BaseProcess._bootstrap = original  # type: ignore[method-assign]  # once per process
+        if not getattr(self, "warmkit_compile_worker", False):
+            _act()
+        return original(self, *args, **kwargs)
+
+    BaseProcess._bootstrap = bootstrap  # type: ignore[method-assign]
+
+
+def _act() -> None:
     from . import monitor
     from ._record import start_recording
 
     _configure_logging()
     manifest = _envs.get("WARMKIT_MANIFEST")
     record = _envs.get("WARMKIT_RECORD")
-    try:
-        if manifest is not None:
-            from ._config import WarmupConfig
-            from ._exceptions import WarmkitError
-            from ._registry import WarmupRegistry
-            from ._warmup import warmup
+    if manifest is not None:
+        from ._config import WarmupConfig
+        from ._exceptions import WarmkitError
+        from ._registry import WarmupRegistry
+        from ._warmup import warmup
 
-            try:
-                overrides: dict[str, Any] = {"progress": "off"}
-                if "WARMKIT_ON_ERROR" not in os.environ:
-                    overrides["on_error"] = "collect"
-                config = WarmupConfig.from_env(**overrides)
-                report = warmup(config, WarmupRegistry.load(manifest))
-            except (WarmkitError, ValueError) as exc:
-                report = getattr(exc, "report", None)
-                if report is not None:
-                    sys.stderr.write(report.table() + "\n")
-                logger.error(
-                    "warmkit run: warmup of %s failed%s; the command did not run",
-                    manifest,
-                    " (the report above says why)" if report is not None else f": {exc}",
-                )
-                sys.stderr.flush()
-                # SystemExit inside sitecustomize is a fatal interpreter error with a traceback;
-                # the command must simply not run.
-                os._exit(1)
-            logger.info(
-                "warmkit run: warmed %d key(s) of %s in %.2fs (%d compiled, %d cached); monitor %s",
-                len(report.entries),
+        try:
+            overrides: dict[str, Any] = {"progress": "off"}
+            if "WARMKIT_ON_ERROR" not in os.environ:
+                overrides["on_error"] = "collect"
+            config = WarmupConfig.from_env(**overrides)
+            report = warmup(config, WarmupRegistry.load(manifest))
+        except (WarmkitError, ValueError) as exc:
+            report = getattr(exc, "report", None)
+            if report is not None:
+                sys.stderr.write(report.table() + "\n")
+            logger.error(
+                "warmkit run: warmup of %s failed%s; the command did not run",
                 manifest,
-                report.seconds,
-                report.count("compiled"),
-                report.count("cached"),
-                report.monitor,
+                " (the report above says why)" if report is not None else f": {exc}",
             )
-        elif record is not None:
-            from ._plugins import load_every_backend
+            sys.stderr.flush()
+            # SystemExit inside sitecustomize is a fatal interpreter error with a traceback;
+            # the command must simply not run.
+            os._exit(1)
+        logger.info(
+            "warmkit run: warmed %d key(s) of %s in %.2fs (%d compiled, %d cached); monitor %s",
+            len(report.entries),
+            manifest,
+            report.seconds,
+            report.count("compiled"),
+            report.count("cached"),
+            report.monitor,
+        )
+    elif record is not None:
+        from ._plugins import load_every_backend
 
-            mode = _envs.get("WARMKIT_MONITOR")
-            start_recording(record)
-            load_every_backend()  # a command that never imports warmkit: hook every backend
-            monitor.arm("warn" if mode == "off" else mode)
-    finally:
-        if hook_file is not None:
-            _chain(hook_file)
+        mode = _envs.get("WARMKIT_MONITOR")
+        start_recording(record)
+        load_every_backend()  # a command that never imports warmkit: hook every backend
+        monitor.arm("warn" if mode == "off" else mode)
 
 
 # -- what recording needs from the host ---------------------------------------------------------

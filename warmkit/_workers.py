@@ -195,6 +195,26 @@ def _default_modules() -> list[str]:
     return [m for m in ("torch", "triton") if importlib.util.find_spec(m) is not None]
 
 
+class _WorkerProcess(multiprocessing.context.SpawnProcess):
+    """A compile worker: ``warmkit run``/``record``'s startup hook skips it.
+
+    A spawned worker inherits the hook's ``PYTHONPATH`` and ``WARMKIT_MANIFEST``;
+    without this mark each worker warmed the whole manifest up again, with
+    worker processes of its own (a 66-key replay on the GPU host never ended).
+    The hook tells it from the user's own spawned processes (which it does warm
+    up) by this attribute, once the child has unpickled it (``_startup``).
+    """
+
+    warmkit_compile_worker = True
+
+
+class _WorkerContext(multiprocessing.context.SpawnContext):
+    Process = _WorkerProcess
+
+
+_CONTEXT = _WorkerContext()
+
+
 def start_workers(jobs: int | None = None, modules: list[str] | None = None) -> int:
     """Start the compile worker processes now, in the background; returns how many.
 
@@ -220,7 +240,7 @@ def start_workers(jobs: int | None = None, modules: list[str] | None = None) -> 
             max_workers=size,
             initializer=_initializer,
             initargs=(modules if modules is not None else _default_modules(),),
-            context=multiprocessing.get_context("spawn"),
+            context=_CONTEXT,
         )
         _pool_size = size
         if not _atexit_registered:

@@ -1,0 +1,70 @@
+"""`warmkit run`'s startup hook in processes the command spawns: the user's own, yes; warmkit's compile workers, never.
+
+Found on the GPU host: a spawned compile worker inherits the hook's PYTHONPATH and
+WARMKIT_MANIFEST, so each worker warmed the whole manifest up again, with workers of its own
+(a 66-key replay of flash-linear-attention ran past 400 s instead of ~11 s).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import warmkit
+from warmkit._startup import hook_environment
+
+WARMED = "warmkit run: warmed 0 key(s)"
+
+_WORKERS = """
+from warmkit import _workers
+
+if __name__ == "__main__":
+    _workers.start_workers(2, modules=[])
+    futures = [_workers._pool.schedule(_workers._ping) for _ in range(6)]
+    print("workers answered", len({f.result() for f in futures}) >= 1, flush=True)
+    _workers.shutdown()
+"""
+
+_USER_SPAWN = """
+import multiprocessing, sys
+
+def child():
+    print("child ran", flush=True)
+
+if __name__ == "__main__":
+    p = multiprocessing.get_context("spawn").Process(target=child)
+    p.start(); p.join()
+    sys.exit(p.exitcode)
+"""
+
+
+def _run(tmp_path: Path, code: str) -> subprocess.CompletedProcess[str]:
+    manifest = tmp_path / "empty.json"
+    warmkit.WarmupRegistry().save(manifest)
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WARMKIT_")}
+    env = hook_environment(dict(env, WARMKIT_MANIFEST=str(manifest)), str(hook))
+    script = tmp_path / "main.py"
+    script.write_text(code)
+    return subprocess.run(
+        [sys.executable, str(script)],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180, check=False,
+    )  # fmt: skip
+
+
+def test_compile_workers_do_not_run_the_hook(tmp_path: Path) -> None:
+    proc = _run(tmp_path, _WORKERS)
+    assert proc.returncode == 0, proc.stderr
+    assert "workers answered True" in proc.stdout
+    assert proc.stderr.count(WARMED) == 1, proc.stderr  # the command's process only
+
+
+def test_a_process_the_command_spawns_is_warmed_up_before_its_target(tmp_path: Path) -> None:
+    proc = _run(tmp_path, _USER_SPAWN)
+    assert proc.returncode == 0, proc.stderr
+    assert "child ran" in proc.stdout
+    # the command's process and its child; not multiprocessing's resource tracker
+    assert proc.stderr.count(WARMED) == 2, proc.stderr
