@@ -46,3 +46,19 @@ class PinnedDot(TritonKernel):
     def warmup_args(self, key: CompileKey):
         t = WarmupTensor("float32", (key.block * key.block,))
         return (t, t, t), {"BLOCK": key.block}
+
+
+# The configs depend on the host too, as flash-linear-attention's do on the visible GPU.
+_CONFIGS = [triton.Config({}, num_warps=1)] + [
+    triton.Config({}, num_warps=2 if os.environ.get("PINNED_TEST_TF32") == "1" else 4)
+]
+
+
+@triton.autotune(configs=_CONFIGS, key=["BLOCK"])
+@triton.jit
+def tuned_dot_kernel(a, b, c, BLOCK: tl.constexpr):
+    """``dot_kernel`` autotuned, as most of flash-linear-attention's kernels are."""
+    offs = tl.arange(0, BLOCK)
+    idx = offs[:, None] * BLOCK + offs[None, :]
+    z = tl.dot(tl.load(a + idx), tl.load(b + idx), input_precision=PREC)
+    tl.store(c + idx, z)

@@ -232,3 +232,38 @@ def test_recorded_keys_of_a_declared_kernel_are_pinned_too(declared, tmp_path: P
     proc = _build(out, tmp_path / "cpu.wkb", tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert _entries(tmp_path / "cpu.wkb") == reference
+
+
+TUNED_CHILD = textwrap.dedent(
+    """
+    import sys, warmkit
+    from triton.runtime.driver import driver
+    import _record_child, _pinned_kernels as K
+    import warmkit_triton._tuned
+    from warmkit_triton._record import tuned_entry
+    driver.set_active(_record_child._Driver())
+    # torch's name of the GPU measured on (this CPU torch has none to name)
+    warmkit_triton._tuned.gpu_model = lambda *a, **k: "NVIDIA H100 80GB HBM3"
+    tuner = K.tuned_dot_kernel
+    reg = warmkit.WarmupRegistry()
+    reg.add_recorded(tuned_entry(tuner, (16,), tuner.configs[1]))  # a finished raw autotune
+    reg.save(sys.argv[1])
+    """
+)
+
+
+def test_a_recorded_autotune_winner_builds_on_a_host_with_other_globals(tmp_path: Path) -> None:
+    # Found on the H100 -> CPU build of flash-linear-attention: a winner's entry holds pins, but
+    # its source check ignored them, so every autotuned kernel whose module picks a global from
+    # the GPU failed the CPU build with "This recording predates pinned identity"; and where the
+    # library computes its configs from the GPU, with "its autotune configs changed".
+    out = tmp_path / "tuned.json"
+    proc = _run([sys.executable, "-c", TUNED_CHILD, str(out)], _env(tmp_path / "c0", **GPU_HOST), tmp_path)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    (entry,) = warmkit.read_recorded(out)
+    assert "autotune" in entry.spec and entry.spec["pins"]["globals"][0]["name"] == "PREC"
+    cmd = [sys.executable, "-m", "warmkit", "warmup", str(out), "--target", TARGET, "--json"]
+    proc = _run(cmd, _env(tmp_path / "c1"), tmp_path)  # no PINNED_TEST_TF32: the CPU host
+    assert proc.returncode == 0, proc.stderr
+    (row,) = json.loads(proc.stdout)["entries"]
+    assert row["status"] in ("compiled", "cached") and row["tuning"] == "needs-device", row
