@@ -53,6 +53,7 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -219,6 +220,8 @@ class Session:
         self.out = out
         self.scratch = Path(tempfile.mkdtemp(prefix="real-libraries-"))
         self.warmkit = [sys.executable, "-m", "warmkit"]
+        self.timeout = TIMEOUT_S
+        self.recordings: Path | None = None
         self.failures: list[str] = []
         self._n = 0
 
@@ -229,24 +232,30 @@ class Session:
     def call(
         self, cmd: list[str], cache: Path, label: str, env: dict | None = None
     ) -> tuple[str, str]:
-        full = dict(
-            os.environ, TRITON_CACHE_DIR=str(cache), TRITON_CACHE_AUTOTUNING="1", **(env or {})
-        )
+        full = dict(os.environ, TRITON_CACHE_DIR=str(cache), TRITON_CACHE_AUTOTUNING="1")
+        full.update(env or {}, PYTHONFAULTHANDLER="1")
         full[LAUNCH_ENV] = repr(time.time())
-        proc = subprocess.run(
-            cmd,
-            env=full,
-            cwd=self.out,
-            capture_output=True,
-            text=True,
-            timeout=TIMEOUT_S,
-            check=False,
-        )
         log = self.out / f"{label}.log"
-        log.write_text(f"$ {shlex.join(cmd)}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}")
+        proc = subprocess.Popen(
+            cmd, env=full, cwd=self.out, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True, start_new_session=True,
+        )  # fmt: skip
+        try:
+            stdout, stderr = proc.communicate(timeout=self.timeout)
+        except subprocess.TimeoutExpired:
+            # Every Python process of the group prints its threads' stacks (faulthandler), then dies.
+            os.killpg(proc.pid, signal.SIGABRT)
+            try:
+                stdout, stderr = proc.communicate(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                stdout, stderr = proc.communicate()
+            log.write_text(f"$ {shlex.join(cmd)}\n--- stdout\n{stdout}\n--- stderr\n{stderr}")
+            raise SystemExit(f"real_libraries: {label} ran past {self.timeout} s; see {log}")
+        log.write_text(f"$ {shlex.join(cmd)}\n--- stdout\n{stdout}\n--- stderr\n{stderr}")
         if proc.returncode != 0:
             raise SystemExit(f"real_libraries: {label} exited {proc.returncode}; see {log}")
-        return proc.stdout, proc.stderr
+        return stdout, stderr
 
     def run(
         self, lib: str, prefix: list[str], cache: Path, label: str, env: dict | None = None
@@ -277,9 +286,12 @@ def measure(s: Session, lib: str, runs: int) -> dict:
     base_cache, wk_cache = s.cache(), s.cache()
     once = {"triton alone, empty cache": s.run(lib, [], base_cache, f"{lib}-cold")}
     recording = f"{lib}_run.json"
-    once["warmkit record, empty cache"] = s.run(
-        lib, [*s.warmkit, "record", "-o", recording, "--"], s.cache(), f"{lib}-record"
-    )
+    if s.recordings is None:
+        once["warmkit record, empty cache"] = s.run(
+            lib, [*s.warmkit, "record", "-o", recording, "--"], s.cache(), f"{lib}-record"
+        )
+    else:  # an earlier run's recording: the replay's outputs are the reference then
+        shutil.copy(s.recordings / recording, s.out / recording)
     replay = [*s.warmkit, "run", "-m", recording, "--"]
     once["warmkit run, replay into an empty cache"] = s.run(lib, replay, wk_cache, f"{lib}-replay")
     t0 = time.perf_counter()
@@ -316,7 +328,10 @@ def check(s: Session, lib: str, res: dict) -> None:
     """Bitwise-equal outputs (warmkit rows against the recorded run, Triton alone against its own
     cold run: two cold runs may autotune to different configs), and nothing JIT under warmkit."""
     once = res["once"]
-    recorded = once["warmkit record, empty cache"]["sha"]
+    first = (
+        once.get("warmkit record, empty cache") or once["warmkit run, replay into an empty cache"]
+    )
+    recorded = first["sha"]
     every = list(once.items()) + [(n, r) for n, rs in res["rows"].items() for r in rs]
     for name, r in every:
         warmkit = name.startswith(("warmkit", "bundle"))
@@ -378,6 +393,11 @@ def main() -> None:
     p.add_argument("--runs", type=int, default=5, help="rounds of the timed rows (>= 5)")
     p.add_argument("--libs", default="fla,liger", help=f"comma-separated, of {sorted(WORKLOADS)}")
     p.add_argument("--out", type=Path, default=Path("out/real_libraries"))
+    p.add_argument(
+        "--recordings", type=Path,
+        help="a folder with an earlier run's <lib>_run.json: replayed instead of recording again",
+    )  # fmt: skip
+    p.add_argument("--timeout", type=float, default=TIMEOUT_S, help="seconds per process")
     a = p.parse_args()
     libs = a.libs.split(",")
     unknown = sorted(set(libs) - set(WORKLOADS))
@@ -390,6 +410,8 @@ def main() -> None:
     a.out = a.out.resolve()
     a.out.mkdir(parents=True, exist_ok=True)
     s = Session(a.out)
+    s.timeout = a.timeout
+    s.recordings = a.recordings.resolve() if a.recordings else None
     results = {}
     for lib in libs:
         results[lib] = measure(s, lib, a.runs)

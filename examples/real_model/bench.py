@@ -108,18 +108,27 @@ class Bench:
         return proc.stdout, proc.stderr
 
 
-def measure(b: Bench, runs: int, other: int) -> tuple[list[tuple[str, list[dict]]], dict]:
-    """Every row's runs, in the module docstring's order, and the build/install seconds."""
+def measure(
+    b: Bench, runs: int, other: int, manifest: Path | None = None
+) -> tuple[list[tuple[str, list[dict]]], dict]:
+    """Every row's runs, in the module docstring's order, and the build/install seconds.
+
+    With ``manifest`` (an earlier recording) nothing is recorded; rows of no run are left out.
+    """
     rows: list[tuple[str, list[dict]]] = []
-    cold = [b.gen([], b.cache(), f"cold-{i}") for i in range(other)]
-    rows.append(("cold: empty Triton cache, no warmkit", cold))
+    rows.append(
+        ("cold: empty Triton cache, no warmkit", [b.gen([], b.cache(), f"cold-{i}") for i in range(other)])
+    )  # fmt: skip
     warm = b.cache()
     b.gen([], warm, "warm-prime")
     recorded = []
-    for i in range(other):
-        rec = [*b.warmkit, "record", "-o", f"rec-{i}.json", "--"]
-        recorded.append(b.gen(rec, b.cache(), f"record-{i}"))
-    shutil.copy(b.out / "rec-0.json", b.out / "run.json")
+    if manifest is None:
+        for i in range(max(other, 1)):
+            rec = [*b.warmkit, "record", "-o", f"rec-{i}.json", "--"]
+            recorded.append(b.gen(rec, b.cache(), f"record-{i}"))
+        shutil.copy(b.out / "rec-0.json", b.out / "run.json")
+    else:
+        shutil.copy(manifest, b.out / "run.json")
     replay = [*b.warmkit, "run", "-m", "run.json", "--"]
     b.gen(replay, warm, "run-prime")  # warmkit's own entries into the warm cache, uncounted
     warm_rows: list[dict] = []
@@ -130,21 +139,29 @@ def measure(b: Bench, runs: int, other: int) -> tuple[list[tuple[str, list[dict]
     rows.append(("warm Triton cache, no warmkit", warm_rows))
     rows.append(("`warmkit record` (empty cache)", recorded))
     rows.append(("`warmkit run -m run.json`, warm cache", run_rows))
-    build_s = b.wk(
-        "bundle", "build", "run.json", "--target", "cuda:90", "-o", "model.wkb", cache=b.cache()
-    )
-    bundled, install_s = [], []
+    build_s, bundled, install_s = None, [], []
+    if other:
+        build_s = b.wk(
+            "bundle", "build", "run.json", "--target", "cuda:90", "-o", "model.wkb", cache=b.cache()
+        )
     for i in range(other):
         cache = b.cache()
         install_s.append(b.wk("bundle", "install", "model.wkb", cache=cache))
         bundled.append(b.gen(replay, cache, f"bundle-{i}"))
     rows.append(("bundle installed into an empty cache, `warmkit run`", bundled))
-    return rows, {"bundle_build_s": build_s, "bundle_install_s": install_s}
+    return [r for r in rows if r[1]], {"bundle_build_s": build_s, "bundle_install_s": install_s}
+
+
+def _reference(rows: list[tuple[str, list[dict]]]) -> list[int]:
+    """The recorded run's tokens; with a given recording, the first warm run's."""
+    named = dict(rows)
+    first = named.get("`warmkit record` (empty cache)") or named["warm Triton cache, no warmkit"]
+    return first[0]["tokens"]
 
 
 def check(b: Bench, rows: list[tuple[str, list[dict]]]) -> None:
     """Same tokens as the recorded run everywhere; nothing compiled after start under `warmkit run`."""
-    reference = dict(rows)["`warmkit record` (empty cache)"][0]["tokens"]
+    reference = _reference(rows)
     for name, runs in rows:
         for r in runs:
             if r["tokens"] != reference:
@@ -178,7 +195,7 @@ def table(rows: list[tuple[str, list[dict]]], extra: dict) -> str:
         ),
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    reference = dict(rows)["`warmkit record` (empty cache)"][0]["tokens"]
+    reference = _reference(rows)
     for name, runs in rows:
         first = [r["first_response_s"] for r in runs]
         events = {r.get("jit_events", "-") for r in runs}
@@ -201,10 +218,12 @@ def table(rows: list[tuple[str, list[dict]]], extra: dict) -> str:
         "(its row's median minus the warm row's)"
     )
     install = extra["bundle_install_s"]
-    lines.append(
-        f"\nbundle build (once, on this host): {extra['bundle_build_s']:.1f} s; "
-        f"bundle install, median: {statistics.median(install):.2f} s (not in the row's first response)"
-    )
+    if install:
+        lines.append(
+            f"\nbundle build (once, on this host): {extra['bundle_build_s']:.1f} s; "
+            f"bundle install, median: {statistics.median(install):.2f} s (not in the row's first "
+            "response)"
+        )
     return "\n".join(lines)
 
 
@@ -227,11 +246,16 @@ def main() -> None:
         help="the workload command (default: this Python's gen.py; another, for a smoke run of "
         "this script where there is no GPU)",
     )  # fmt: skip
+    p.add_argument(
+        "--manifest", type=Path,
+        help="an earlier recording to replay (e.g. the committed run.json): nothing is recorded",
+    )  # fmt: skip
     a = p.parse_args()
     a.out = a.out.resolve()
     a.out.mkdir(parents=True, exist_ok=True)
     b = Bench(a.out, shlex.split(a.warmkit), shlex.split(a.gen))
-    rows, extra = measure(b, a.runs, a.runs if a.other_runs is None else a.other_runs)
+    other = a.runs if a.other_runs is None else a.other_runs
+    rows, extra = measure(b, a.runs, other, a.manifest.resolve() if a.manifest else None)
     check(b, rows)
     text = table(rows, extra)
     print(text)
