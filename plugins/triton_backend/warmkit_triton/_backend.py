@@ -45,26 +45,26 @@ from ._aot import (
     Target,
     aot_driver,
     cache_dir,
-    describe_entry,
-    fingerprint,
     parse_target,
-    prepare_entries,
     real_driver,
-    relocate_cache_entry,
     require_device,
     routing,
     validate_target,
-    write_entry_record,
 )
-from ._cache import (
+from ._entry import (
     complete_entry,
     custom_cache_manager,
+    describe_entry,
     entry_dir,
     entry_file_allowed,
     entry_hash,
+    fingerprint,
+    prepare_entries,
     record_entry,
+    relocate_cache_entry,
     verify_cache_entry,
     verifying,
+    write_entry_record,
 )
 from ._kernel import InterpretedExecutor, TritonExecutor, TritonKernel, check_warmup_args
 from ._probe import Loaded, Probed, entry_on_disk, probing
@@ -544,7 +544,7 @@ class TritonBackend(_explain.IdentityCapabilities):
     entry_file_allowed = staticmethod(entry_file_allowed)  # which names an entry may hold
 
     def entry_info(self, directory: str | os.PathLike[str]) -> dict[str, Any]:
-        """What ``warmkit cache info`` shows of an entry: kernel, target, why stale (``_aot.describe_entry``)."""
+        """What ``warmkit cache info`` shows of an entry: kernel, target, why stale (``_entry.describe_entry``)."""
         return describe_entry(directory)
 
     # -- persistent cache (warmkit bundles) ---------------------------------------------------------
@@ -605,7 +605,7 @@ class TritonBackend(_explain.IdentityCapabilities):
         relocate_cache_entry(staged, final)
 
     def prepare_entries(self, directory: Path, entries: Sequence[str]) -> str:
-        """Build installed AOT entries' C launchers on this GPU host (``_aot.prepare_entries``)."""
+        """Build installed AOT entries' C launchers on this GPU host (``_entry.prepare_entries``)."""
         return prepare_entries(directory, entries)
 
     def _forget_in_memory(self, fn: Any) -> None:
