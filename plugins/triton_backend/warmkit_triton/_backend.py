@@ -37,7 +37,7 @@ import attrs
 
 from warmkit import current_fleet, pinning
 
-from . import _autotune, _explain, _hooks, _pins, _setup, _tuned
+from . import _autotune, _explain, _hooks, _pins, _setup, _stack, _tuned
 from . import _triton_api as api
 from ._aot import (
     AotArtifact,
@@ -324,7 +324,7 @@ class TritonBackend(_explain.IdentityCapabilities):
                 "subclass warmkit_triton.TritonKernel and set fn"
             )
         options = dict(kernel.launch_options(key) or {})
-        stack = _autotune.unwrap(fn)
+        stack = _stack.unwrap(fn)
         if stack is not None:  # @triton.autotune / @triton.heuristics over the @triton.jit function
             scope = self._scope_for(str(tgt) if tgt is not None else None)
             if tgt is not None and api.is_interpreted(stack.jit):
@@ -510,7 +510,7 @@ class TritonBackend(_explain.IdentityCapabilities):
             return None
         if fn is None or not api.is_jit_function(fn) or api.is_interpreted(fn):
             return None  # compile() says why, or there is nothing on disk to share
-        if _autotune.unwrap(fn) is not None:
+        if _stack.unwrap(fn) is not None:
             # An autotuned stack compiles one entry per surviving config and benchmarks them:
             # it has no single entry key (its tuned results are entries of their own).
             return None
@@ -626,7 +626,7 @@ class TritonBackend(_explain.IdentityCapabilities):
             keys: its keys.
             target: the target the keys would be compiled for (None: this device's).
         """
-        stack = _autotune.unwrap(getattr(kernel, "fn", None))
+        stack = _stack.unwrap(getattr(kernel, "fn", None))
         if stack is None or stack.tuner is None or len(stack.tuner.configs) <= 1:
             return {}
         tgt = target if target is not None else self.default_target()

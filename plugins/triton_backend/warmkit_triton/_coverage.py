@@ -11,7 +11,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from . import _triton_api as api
-from ._record import UnreplayableError, _unwrap, encode_value, spec_from_call
+from ._record import spec_from_call
+from ._values import UnreplayableError, _unwrap, encode_value
 
 __all__ = ["declared_specializations"]
 
@@ -43,7 +44,7 @@ def declared_specializations(
         TypeError: ``warmup_args``/``launch_options`` do not match ``fn``.
     """
     from ._aot import AotDriver, aot_driver, parse_target
-    from ._autotune import unwrap
+    from ._stack import unwrap
 
     fn = _unwrap(kernel)  # kernel.fn may be an autotune/heuristics stack
     if fn is None:
@@ -67,8 +68,9 @@ def _key_specializations(
     kernel: Any, key: Any, fn: Any, stack: Any, binder: Any
 ) -> list[dict[str, Any]]:
     """One key's specializations: one per launch a warmup compiles, plus its autotune key."""
-    from ._autotune import _warmup_pair, check_not_provided, derive, surviving_configs
+    from ._autotune import _warmup_pair
     from ._kernel import check_warmup_args
+    from ._stack import check_not_provided, derive, surviving_configs
 
     name = type(kernel).name
     options = dict(kernel.launch_options(key) or {})

@@ -25,7 +25,7 @@ from typing import Any
 from ._aot import parse_target
 from ._entry import AOT_RECORD, fingerprint
 from ._pins import _text, pins_for, pins_of
-from ._record import _unwrap
+from ._values import _unwrap
 
 __all__ = ["IdentityCapabilities", "entry_factors", "identity_factors", "key_factors"]
 
