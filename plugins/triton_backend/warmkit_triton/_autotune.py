@@ -24,11 +24,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, Protocol
 
 import attrs
 
 from . import _triton_api as api
+from ._aot import cache_dir, require_device
+from ._kernel import InterpretedExecutor, _verify_default, check_warmup_args
 from ._stack import Derived, Stack, check_not_provided, derive, key_names, surviving_configs
 from ._tuned import benchmark, find_result, gpu_model, known_winners, result_id, store_result
 
@@ -36,7 +38,10 @@ __all__ = [
     "AutotuneKeyMismatchError",
     "AutotunedArtifact",
     "AutotunedExecutor",
+    "StackCompiler",
+    "Variant",
     "compile_stack",
+    "stack_variants",
 ]
 
 logger = logging.getLogger(__name__)
@@ -247,8 +252,138 @@ def _warmup_pair(kernel: str, warmup: Any) -> tuple[tuple[Any, ...], dict[str, A
     return tuple(warmup[0]), dict(warmup[1])
 
 
+class StackCompiler(Protocol):
+    """What :func:`compile_stack` needs of the backend: one variant's compile, either way.
+
+    ``scope`` is the backend's compile scope (or None); it is passed through, never read here.
+    """
+
+    def compile_aot(
+        self,
+        name: str,
+        key: Any,
+        fn: Any,
+        args: Any,
+        kwargs: Any,
+        options: Any,
+        tgt: Any,
+        scope: Any,
+    ) -> Any:
+        """An ahead-of-time compile of one variant for ``tgt``: an ``AotArtifact``."""
+
+    def compile_device(
+        self,
+        name: str,
+        key: Any,
+        kernel: Any,
+        fn: Any,
+        args: Any,
+        kwargs: Any,
+        options: Any,
+        scope: Any,
+    ) -> Any:
+        """A device compile of one variant: a ``TritonExecutor``."""
+
+    def device_target(self) -> str | None:
+        """This host's device target (tuned results are stored per target)."""
+
+
+@attrs.frozen
+class Variant:
+    """One config of a key's stack that survives pruning, and what the stack derives for it.
+
+    Attributes:
+        index: the config's index in the autotuner's configs (0 without ``@triton.autotune``).
+        config: the ``triton.Config``, or None without ``@triton.autotune``.
+        derived: the launch's parameters, options, heuristics and autotune key.
+    """
+
+    index: int
+    config: Any
+    derived: Derived
+
+
+@attrs.frozen
+class _Job:
+    """One key's compile of a stack: what every step of :func:`compile_stack` reads."""
+
+    compiler: StackCompiler
+    kernel: Any
+    name: str
+    key: Any
+    stack: Stack
+    args: tuple[Any, ...]
+    options: Mapping[str, Any]
+    scope: Any
+    jobs: int
+    interpreted: bool
+    verify: bool
+
+    def aot(self, variant: Variant, target: Any) -> Any:
+        d = variant.derived
+        return self.compiler.compile_aot(
+            self.name, self.key, self.stack.jit, self.args, d.params, d.options, target, self.scope
+        )
+
+    def device(self, variant: Variant) -> Any:
+        d = variant.derived
+        if self.interpreted:
+            return InterpretedExecutor(
+                kernel=self.name, key=self.key, fn=self.stack.jit, launch_options=d.options
+            )
+        return self.compiler.compile_device(
+            self.name,
+            self.key,
+            self.kernel,
+            self.stack.jit,
+            self.args,
+            d.params,
+            d.options,
+            self.scope,
+        )
+
+    def executor(
+        self, variant: Variant, inner: Any, tuning: str | None, **extra: Any
+    ) -> AutotunedExecutor:
+        return AutotunedExecutor(
+            kernel=self.name,
+            key=self.key,
+            stack=self.stack,
+            inner=inner,
+            config=variant.config,
+            derived=variant.derived,
+            options=self.options,
+            tuning=tuning,
+            verify=self.verify,
+            **extra,
+        )
+
+
+def stack_variants(
+    name: str,
+    stack: Stack,
+    args: tuple[Any, ...],
+    kwargs: Mapping[str, Any],
+    options: Mapping[str, Any],
+) -> list[Variant]:
+    """The surviving configs of a key, each derived and its arguments checked against the function.
+
+    Raises:
+        TypeError: warmup arguments that pass what the stack supplies, or do not fit the function.
+        RuntimeError: the autotuner's pruning failed on the warmup arguments.
+    """
+    check_not_provided(name, stack, args, kwargs, options)
+    top = {**kwargs, **options}
+    variants = []
+    for index, config in surviving_configs(name, stack, args, top):
+        derived = derive(stack, args, top, config)
+        check_warmup_args(name, stack.jit, (args, derived.params), derived.options)
+        variants.append(Variant(index, config, derived))
+    return variants
+
+
 def compile_stack(
-    backend: Any,
+    compiler: StackCompiler,
     kernel: Any,
     name: str,
     key: Any,
@@ -265,95 +400,75 @@ def compile_stack(
     winner, or every surviving config compiled in parallel then benchmarked,
     as an :class:`AutotunedExecutor`.
     """
-    from ._aot import cache_dir, require_device
-    from ._kernel import InterpretedExecutor, _verify_default, check_warmup_args
-
     args, kwargs = _warmup_pair(name, warmup)
-    check_not_provided(name, stack, args, kwargs, options)
-    top = {**kwargs, **options}
-    variants = []
-    for index, config in surviving_configs(name, stack, args, top):
-        derived = derive(stack, args, top, config)
-        check_warmup_args(name, stack.jit, (args, derived.params), derived.options)
-        variants.append((index, config, derived))
-    jit = stack.jit
-    tkey = variants[0][2].tuning_key
-    jobs = getattr(scope, "jobs", 1) if scope is not None else 1
-    interpreted = api.is_interpreted(jit)
-    verify = bool(getattr(kernel, "verify_launches", False)) or _verify_default()
-
+    variants = stack_variants(name, stack, args, kwargs, options)
+    job = _Job(
+        compiler=compiler,
+        kernel=kernel,
+        name=name,
+        key=key,
+        stack=stack,
+        args=args,
+        options=options,
+        scope=scope,
+        jobs=getattr(scope, "jobs", 1) if scope is not None else 1,
+        interpreted=api.is_interpreted(stack.jit),
+        verify=bool(getattr(kernel, "verify_launches", False)) or _verify_default(),
+    )
     if target is not None:
-
-        def aot(variant: Any) -> Any:
-            return backend._compile_aot(
-                name, key, jit, args, variant[2].params, variant[2].options, target, scope
-            )
-
-        if stack.autotuner is None:
-            return aot(variants[0])
-        rid = result_id(stack, tkey, gpu="", target=str(target))
-        winners = known_winners(stack, rid, cache_dir(), copy=True)
-        chosen = [v for v in variants if v[0] in set(winners.values())] if winners else []
-        arts = run_parallel(aot, chosen or variants, jobs)
-        return AutotunedArtifact(
-            kernel=name,
-            key=key,
-            target=str(target),
-            tuning_key=tkey,
-            artifacts=tuple(arts),
-            configs=tuple(v[0] for v in chosen or variants),
-            known_winners=winners,
-            tuning="known-winners" if chosen else "needs-device",
-        )
-
-    def device(variant: Any) -> Any:
-        if interpreted:
-            return InterpretedExecutor(
-                kernel=name, key=key, fn=jit, launch_options=variant[2].options
-            )
-        return backend._compile_device(
-            name, key, kernel, jit, args, variant[2].params, variant[2].options, scope
-        )
-
-    def done(variant: Any, inner: Any, tuning: str | None, **extra: Any) -> AutotunedExecutor:
-        return AutotunedExecutor(
-            kernel=name,
-            key=key,
-            stack=stack,
-            inner=inner,
-            config=variant[1],
-            derived=variant[2],
-            options=options,
-            tuning=tuning,
-            verify=verify,
-            **extra,
-        )
-
+        return _compile_ahead(job, variants, target)
     if stack.autotuner is None or len(variants) == 1:
-        inner = device(variants[0])
-        if stack.autotuner is not None:
-            stack.tuner.cache[tkey] = variants[0][1]
-        return done(
-            variants[0],
-            inner,
-            "single" if stack.autotuner is not None else None,
-            cache_hit=inner.cache_hit,
-        )
-    if not interpreted:
+        inner = job.device(variants[0])
+        if stack.autotuner is None:
+            return job.executor(variants[0], inner, None, cache_hit=inner.cache_hit)
+        stack.tuner.cache[variants[0].derived.tuning_key] = variants[0].config
+        return job.executor(variants[0], inner, "single", cache_hit=inner.cache_hit)
+    return _compile_on_device(job, variants)
+
+
+def _compile_ahead(job: _Job, variants: list[Variant], target: Any) -> Any:
+    """The known winners for ``target`` (of every GPU model), else every surviving config."""
+    if job.stack.autotuner is None:
+        return job.aot(variants[0], target)
+    tkey = variants[0].derived.tuning_key
+    assert tkey is not None  # derive() gives one wherever there is an @triton.autotune layer
+    rid = result_id(job.stack, tkey, gpu="", target=str(target))
+    winners = known_winners(job.stack, rid, cache_dir(), copy=True)
+    chosen = [v for v in variants if v.index in set(winners.values())] if winners else []
+    arts = run_parallel(lambda v: job.aot(v, target), chosen or variants, job.jobs)
+    return AutotunedArtifact(
+        kernel=job.name,
+        key=job.key,
+        target=str(target),
+        tuning_key=tkey,
+        artifacts=tuple(arts),
+        configs=tuple(v.index for v in chosen or variants),
+        known_winners=winners,
+        tuning="known-winners" if chosen else "needs-device",
+    )
+
+
+def _compile_on_device(job: _Job, variants: list[Variant]) -> AutotunedExecutor:
+    """The stored winner of this GPU model, else every config compiled and benchmarked here."""
+    name, key, stack = job.name, job.key, job.stack
+    if not job.interpreted:
         require_device(name)  # before the driver is asked for its device: say why
+    tkey = variants[0].derived.tuning_key
+    assert tkey is not None  # only stacks with an @triton.autotune layer are tuned
     where = cache_dir()
-    dev = None if interpreted else _current_device()
-    gpu = gpu_model(dev, interpreted=interpreted)
-    rid = result_id(stack, tkey, gpu=gpu, target=str(backend.default_target()))
+    gpu = gpu_model(None if job.interpreted else _current_device(), interpreted=job.interpreted)
+    rid = result_id(stack, tkey, gpu=gpu, target=str(job.compiler.device_target()))
     found = find_result(stack, rid, where)
     if found is not None:
         winner, body = found
-        variant = next((v for v in variants if v[0] == winner), None)
+        variant = next((v for v in variants if v.index == winner), None)
         if variant is not None:
-            inner = device(variant)
-            stack.tuner.cache[tkey] = variant[1]
+            inner = job.device(variant)
+            stack.tuner.cache[tkey] = variant.config
             timings = {int(i): t for i, t in body.get("timings_ms", {}).items()}
-            return done(variant, inner, "stored", timings=timings, cache_hit=inner.cache_hit)
+            return job.executor(
+                variant, inner, "stored", timings=timings, cache_hit=inner.cache_hit
+            )
         logger.warning(
             "kernel %s key %r: the stored winner (config %d) does not survive pruning now; re-tuning",
             name,
@@ -370,36 +485,52 @@ def compile_stack(
             ", ".join(others),
             gpu,
         )
+    return _tune(job, variants, rid, gpu, where)
 
-    def attempt(variant: Any) -> Any:
+
+def _compile_each(job: _Job, variants: list[Variant]) -> list[tuple[int, Any, Any, Derived]]:
+    """Every variant compiled in parallel; those that fail are logged and left out (as in Triton).
+
+    Raises:
+        Exception: the first failure, when every variant failed.
+    """
+
+    def attempt(variant: Variant) -> Any:
         try:
-            return device(variant)
+            return job.device(variant)
         except Exception as exc:  # noqa: BLE001 - one config failing is a timing of inf, as in Triton
             return exc
 
-    compiled = run_parallel(attempt, variants, jobs)
-    candidates = [
-        (v[0], v[1], inner, v[2])
-        for v, inner in zip(variants, compiled)
-        if not isinstance(inner, BaseException)
-    ]
+    compiled = run_parallel(attempt, variants, job.jobs)
     for v, inner in zip(variants, compiled):
         if isinstance(inner, BaseException):
             logger.warning(
                 "kernel %s key %r: config %d (%s) does not compile: %s: %s",
-                name,
-                key,
-                v[0],
-                v[1],
+                job.name,
+                job.key,
+                v.index,
+                v.config,
                 type(inner).__name__,
                 inner,
             )
+    candidates = [
+        (v.index, v.config, inner, v.derived)
+        for v, inner in zip(variants, compiled)
+        if not isinstance(inner, BaseException)
+    ]
     if not candidates:
         raise next(c for c in compiled if isinstance(c, BaseException))
-    grid = kernel.warmup_grid(key)
-    bench_device = "cpu" if interpreted else _torch_device(candidates[0][2].device)
+    return candidates
+
+
+def _tune(job: _Job, variants: list[Variant], rid: Any, gpu: str, where: str) -> AutotunedExecutor:
+    """Compile every variant, benchmark them here, store the winner and return it."""
+    name, key, stack = job.name, job.key, job.stack
+    candidates = _compile_each(job, variants)
+    grid = job.kernel.warmup_grid(key)
+    bench_device = "cpu" if job.interpreted else _torch_device(candidates[0][2].device)
     timings, seconds = benchmark(
-        stack, candidates, args, grid, bench_device, interpreted=interpreted
+        stack, candidates, job.args, grid, bench_device, interpreted=job.interpreted
     )
     best = min(candidates, key=lambda c: timings[c[0]])
     if timings[best[0]][0] == float("inf"):
@@ -415,7 +546,7 @@ def compile_stack(
         winner=best[0],
         seconds=seconds,
     )
-    stack.tuner.cache[tkey] = best[1]
+    stack.tuner.cache[variants[0].derived.tuning_key] = best[1]
     logger.info(
         "kernel %s key %r: tuned %d config(s) in %.3fs on %s; winner %d (%s) %.4f ms",
         name,
@@ -427,8 +558,8 @@ def compile_stack(
         best[1],
         timings[best[0]][0],
     )
-    variant = next(v for v in variants if v[0] == best[0])
-    return done(
+    variant = next(v for v in variants if v.index == best[0])
+    return job.executor(
         variant,
         best[2],
         "benchmarked",
