@@ -24,7 +24,7 @@ from warmkit_triton import (
     parse_target,
     validity_record,
 )
-from warmkit_triton._aot import AOT_RECORD, relocate_cache_entry
+from warmkit_triton._entry import AOT_RECORD, relocate_cache_entry
 
 import warmkit
 

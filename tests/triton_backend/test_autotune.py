@@ -12,7 +12,14 @@ from pathlib import Path
 import pytest
 import torch
 import triton
-from warmkit_triton import TritonBackend, TritonKernel, WarmupTensor, _autotune, _hooks, _tuned
+from warmkit_triton import (
+    TritonBackend,
+    TritonKernel,
+    WarmupTensor,
+    _hooks,
+    _stack,
+    _tuned,
+)
 from warmkit_triton._aot import AotDriver, aot_driver, parse_target
 
 import warmkit
@@ -39,7 +46,7 @@ def triton_own_hashes(fn, *args, **kwargs) -> set[str]:
     drv = AotDriver(parse_target(AOT_TARGET))
     with aot_driver(drv):
         out = fn.warmup(*args, grid=(1,), **kwargs)
-    _autotune.unwrap(fn).jit.device_caches.pop(drv.device, None)
+    _stack.unwrap(fn).jit.device_caches.pop(drv.device, None)
     return {k.hash for k in (out if isinstance(out, list) else [out])}
 
 
@@ -126,7 +133,7 @@ def test_heuristic_constexprs_equal_the_runtime_ones():
         art = aot(K.HeurCopy(), K.HeurCopy.CompileKey("float32", n))
         x = torch.empty(n)
         assert {art.hash} == triton_own_hashes(K.heur_copy_kernel, x, x, n, num_warps=4)
-    derived = _autotune.derive(_autotune.unwrap(K.heur_copy_kernel), (x, x, 64), {}, None)
+    derived = _stack.derive(_stack.unwrap(K.heur_copy_kernel), (x, x, 64), {}, None)
     assert derived.heuristics == {"BLOCK": 64, "EVEN": True}
 
 
@@ -178,7 +185,7 @@ def test_the_report_says_which_keys_need_device_tuning():
 
 
 def _store(directory, gpu="NVIDIA H200", winner=2, key=SCALE_KEY, target=AOT_TARGET):
-    stack = _autotune.unwrap(K.tuned_scale_kernel)
+    stack = _stack.unwrap(K.tuned_scale_kernel)
     rid = _tuned.result_id(stack, key, gpu, target)
     timings = {i: [1.0 + abs(i - winner), 1.0, 1.0] for i in range(4)}
     path = _tuned.store_result(
@@ -240,7 +247,7 @@ def test_a_bundle_carries_results_and_installs_them(tmp_path, triton_cache):
     assert "tuned: " in cli.stdout and "NVIDIA H200" in cli.stdout
     empty = tmp_path / "serving-cache"
     warmkit.install_bundle(bundle, cache_dirs={"triton": empty})
-    stack = _autotune.unwrap(K.tuned_scale_kernel)
+    stack = _stack.unwrap(K.tuned_scale_kernel)
     rid = _tuned.result_id(stack, SCALE_KEY, "NVIDIA H200", AOT_TARGET)
     assert _tuned.find_result(stack, rid, empty)[0] == 2
 
@@ -387,7 +394,7 @@ def test_unknown_layers_are_named():
             pass
 
     with pytest.raises(TypeError, match="NotTriton"):
-        _autotune.unwrap(NotTriton())
+        _stack.unwrap(NotTriton())
 
 
 @pytest.mark.gpu

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from warmkit_triton import check_aot_cache
-from warmkit_triton._cache import verify_cache_entry
+from warmkit_triton._entry import verify_cache_entry
 
 import warmkit
 from warmkit import _integrity

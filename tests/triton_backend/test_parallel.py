@@ -11,7 +11,7 @@ import attrs
 import pytest
 from triton import knobs
 from warmkit_triton import TritonBackend, TritonKernel, WarmupTensor
-from warmkit_triton._aot import AOT_RECORD
+from warmkit_triton._entry import AOT_RECORD
 
 import warmkit
 

@@ -19,7 +19,7 @@ import pytest
 import triton.language as tl
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from warmkit_triton._record import decode_value, encode_value
+from warmkit_triton._values import decode_value, encode_value
 
 import warmkit
 
@@ -58,7 +58,7 @@ def test_every_constexpr_kind_round_trips_losslessly_through_json(value) -> None
 
 
 def test_values_without_a_lossless_encoding_are_refused() -> None:
-    from warmkit_triton._record import UnreplayableError
+    from warmkit_triton._values import UnreplayableError
 
     with pytest.raises(UnreplayableError, match="no lossless encoding"):
         encode_value(object())
@@ -324,7 +324,7 @@ def test_bundle_build_includes_recorded_entries(recorded, tmp_path: Path) -> Non
 
 def test_unreplayable_import_paths_are_named(monkeypatch: pytest.MonkeyPatch) -> None:
     import triton
-    from warmkit_triton._record import _import_problem
+    from warmkit_triton._values import _import_problem
 
     monkeypatch.syspath_prepend(str(HERE))
     import _record_kernels as K

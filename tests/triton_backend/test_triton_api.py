@@ -72,6 +72,27 @@ def check_import() -> None:
     assert api.version_tuple("3.6.0+git1234") == (3, 6)
 
 
+@canary("on_first_import")
+def check_on_first_import() -> None:
+    from warmkit_triton import _keycache
+
+    # the plugin's package registers the key cache, so _triton_api needs no import of it
+    assert _keycache.install in api._import._first_import_hooks
+    api.require_triton()
+    ran: list[int] = []
+
+    def hook() -> None:
+        ran.append(1)
+
+    try:
+        api.on_first_import(hook)  # Triton is imported already: runs now
+        api.on_first_import(hook)  # the same hook again: not twice
+        api.require_triton()
+        assert ran == [1]
+    finally:
+        api._import._first_import_hooks.remove(hook)
+
+
 def _most_parses_at_once(monkeypatch: pytest.MonkeyPatch) -> int:
     """Four threads parse ``add_kernel`` with ``ast.parse`` slowed down; how many were inside at once."""
     inside, most, count = 0, 0, threading.Lock()
@@ -779,7 +800,7 @@ def test_every_accessor_has_a_canary_and_states_its_versions() -> None:
     assert set(CANARIES) == set(_accessors())
     for name in _accessors():
         fn = getattr(api, name)
-        if name not in ("require_triton", "triton_version", "version_tuple"):
+        if name not in ("on_first_import", "require_triton", "triton_version", "version_tuple"):
             assert "Checked: 3.6.0, 3.9.0" in (fn.__doc__ or ""), name
 
 

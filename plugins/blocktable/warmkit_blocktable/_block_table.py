@@ -146,49 +146,23 @@ class BlockTable:
     ) -> None:
         if not isinstance(mode, SlotMappingMode):
             raise TypeError(f"mode must be a SlotMappingMode, got {mode!r}")
-        check_int("block_size", block_size, minimum=1)
-        check_int("max_num_reqs", max_num_reqs, minimum=1)
-        check_int("max_num_blocks_per_req", max_num_blocks_per_req, minimum=1)
-        check_int("max_num_batched_tokens", max_num_batched_tokens, minimum=1)
-        if kernel_block_size is None:
-            kernel_block_size = block_size
-        check_int("kernel_block_size", kernel_block_size, minimum=1)
-        if block_size % kernel_block_size != 0:
-            raise ValueError(
-                f"kernel_block_size ({kernel_block_size}) must divide the allocation "
-                f"block_size ({block_size})"
-            )
-        blocks_per_kv_block = block_size // kernel_block_size
         #: The slot-mapping constants of this table (checked on construction).
-        self.geometry = SlotMappingGeometry(
-            block_size=kernel_block_size,
-            kv_cache_block_size=block_size,
-            blocks_per_kv_block=blocks_per_kv_block,
+        self.geometry, row_width = _checked_geometry(
+            block_size=block_size,
+            max_num_reqs=max_num_reqs,
+            max_num_blocks_per_req=max_num_blocks_per_req,
+            max_num_batched_tokens=max_num_batched_tokens,
+            kernel_block_size=block_size if kernel_block_size is None else kernel_block_size,
             dcp_world_size=dcp_world_size,
             dcp_rank=dcp_rank,
             cp_kv_cache_interleave_size=cp_kv_cache_interleave_size,
         )
-        row_width = max_num_blocks_per_req * blocks_per_kv_block
-        if max_num_reqs * row_width > _INT32_MAX:
-            raise ValueError(
-                f"a {max_num_reqs} x {row_width} table has more than 2**31 - 1 entries"
-            )
+        kernel_block_size = self.geometry.block_size
+        blocks_per_kv_block = self.geometry.blocks_per_kv_block
 
         self.device = _normalize_device(device)
-        if implementation == "auto":
-            implementation = "triton" if self.device.type == "cuda" else "reference"
-        elif implementation not in ("triton", "reference"):
-            raise ValueError(
-                f"implementation must be 'auto', 'triton' or 'reference', got {implementation!r}"
-            )
-        if implementation == "triton" and self.device.type != "cuda" and not _interpreted():
-            raise ValueError(
-                f"implementation='triton' needs a CUDA device, got {self.device} (or Triton's "
-                "interpreter, TRITON_INTERPRET=1, for CPU tensors); use 'reference' (or 'auto') "
-                "on other devices"
-            )
         #: ``"triton"`` or ``"reference"``: what ``compute_slot_mapping`` runs.
-        self.implementation: Literal["triton", "reference"] = implementation
+        self.implementation = _choose_implementation(self.device, implementation)
 
         self.max_num_reqs = max_num_reqs
         self.max_num_blocks_per_req = max_num_blocks_per_req
@@ -518,3 +492,69 @@ class BlockTable:
                 f"token {t} (request {r}, position {int(positions[t])}) needs block column "
                 f"{int(columns.column[t])}, but row {r} holds only {int(filled[t])} kernel blocks"
             )
+
+
+def _checked_geometry(
+    *,
+    block_size: int,
+    max_num_reqs: int,
+    max_num_blocks_per_req: int,
+    max_num_batched_tokens: int,
+    kernel_block_size: int,
+    dcp_world_size: int,
+    dcp_rank: int,
+    cp_kv_cache_interleave_size: int,
+) -> tuple[SlotMappingGeometry, int]:
+    """A table's geometry and row width, every size checked (``BlockTable``'s arguments).
+
+    Raises:
+        ValueError: the inconsistencies ``BlockTable`` lists.
+    """
+    check_int("block_size", block_size, minimum=1)
+    check_int("max_num_reqs", max_num_reqs, minimum=1)
+    check_int("max_num_blocks_per_req", max_num_blocks_per_req, minimum=1)
+    check_int("max_num_batched_tokens", max_num_batched_tokens, minimum=1)
+    check_int("kernel_block_size", kernel_block_size, minimum=1)
+    if block_size % kernel_block_size != 0:
+        raise ValueError(
+            f"kernel_block_size ({kernel_block_size}) must divide the allocation "
+            f"block_size ({block_size})"
+        )
+    blocks_per_kv_block = block_size // kernel_block_size
+    geometry = SlotMappingGeometry(
+        block_size=kernel_block_size,
+        kv_cache_block_size=block_size,
+        blocks_per_kv_block=blocks_per_kv_block,
+        dcp_world_size=dcp_world_size,
+        dcp_rank=dcp_rank,
+        cp_kv_cache_interleave_size=cp_kv_cache_interleave_size,
+    )
+    row_width = max_num_blocks_per_req * blocks_per_kv_block
+    if max_num_reqs * row_width > _INT32_MAX:
+        raise ValueError(f"a {max_num_reqs} x {row_width} table has more than 2**31 - 1 entries")
+    return geometry, row_width
+
+
+def _choose_implementation(
+    device: torch.device, implementation: str
+) -> Literal["triton", "reference"]:
+    """What ``compute_slot_mapping`` runs on ``device`` for ``implementation`` (``BlockTable``'s argument).
+
+    Raises:
+        ValueError: an unknown implementation, or ``"triton"`` where it cannot run.
+    """
+    if implementation == "auto":
+        return "triton" if device.type == "cuda" else "reference"
+    if implementation == "reference":
+        return "reference"
+    if implementation != "triton":
+        raise ValueError(
+            f"implementation must be 'auto', 'triton' or 'reference', got {implementation!r}"
+        )
+    if device.type != "cuda" and not _interpreted():
+        raise ValueError(
+            f"implementation='triton' needs a CUDA device, got {device} (or Triton's "
+            "interpreter, TRITON_INTERPRET=1, for CPU tensors); use 'reference' (or 'auto') "
+            "on other devices"
+        )
+    return "triton"

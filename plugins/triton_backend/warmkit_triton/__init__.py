@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import logging
 
-from ._aot import AotArtifact, Target, check_aot_cache, parse_target, validity_record
+from . import _keycache, _triton_api
+from ._aot import AotArtifact, Target, parse_target
 from ._backend import TritonBackend
+from ._entry import check_aot_cache, validity_record
 from ._kernel import InterpretedExecutor, SpecializationMismatchError, TritonExecutor, TritonKernel
 from ._specialize import specialization_rep
 from ._tensor import WarmupTensor
@@ -45,3 +47,6 @@ __all__ = [
 __version__ = "0.1.0"
 
 logging.getLogger(__name__).addHandler(logging.NullHandler())
+# The first require_triton() installs the cross-process triton_key() cache; registered here,
+# above _triton_api, so that layer imports nothing of the plugin.
+_triton_api.on_first_import(_keycache.install)

@@ -19,19 +19,12 @@ import contextlib
 import contextvars
 import functools
 import hashlib
-import json
 import logging
 import os
-import platform
 import re
 import subprocess
-import sys
-import sysconfig
 import threading
-import time
-from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 import attrs
@@ -40,27 +33,17 @@ from . import _triton_api as api
 from ._triton_api import require_triton
 
 __all__ = [
-    "AOT_RECORD",
     "AotArtifact",
     "AotDriver",
     "Target",
     "aot_driver",
-    "check_aot_cache",
-    "describe_entry",
-    "fingerprint",
     "parse_target",
-    "prepare_entries",
-    "relocate_cache_entry",
     "validate_target",
-    "validity_record",
-    "write_entry_record",
 ]
 
 logger = logging.getLogger(__name__)
 
 #: File an AOT compile writes into each Triton cache entry it produced.
-AOT_RECORD = "warmkit-aot.json"
-
 ACCEPTED_TARGETS = "'cuda:<compute capability>' such as 'cuda:80', 'cuda:90', 'cuda:100' (also 'sm_90', 'cuda:9.0')"
 
 _TARGET_RE = re.compile(r"^(?:cuda:)?(?:sm_?)?(?P<cc>\d{2,3})$")
@@ -290,49 +273,6 @@ def cache_dir() -> str:
     return api.cache_dir()
 
 
-def validity_record(target: Target | str) -> dict[str, Any]:
-    """Everything a Triton cache entry's hash depends on besides the kernel itself.
-
-    An entry compiled here is found by a runtime only when all of these match:
-
-    * ``triton_version`` and ``triton_key_sha256``: the hash covers the whole
-      wheel, including ``libtriton.so``, so even the cp311 and cp312 wheels of
-      one version differ;
-    * ``python``: the CPython ABI (``cache_tag``, ``soabi``), for that reason;
-    * ``ptxas``: the version string of the ptxas Triton uses for this arch;
-    * ``env``: the cache-invalidating environment variables that are *set*
-      (setting one to its default value still changes the hash);
-    * ``cache_dir`` (informational): group files store absolute paths, so a
-      runtime must use the same path, or relocate the entries (warmkit bundles
-      do; see :func:`relocate_cache_entry`); a plain copy misses, or silently
-      reads the original files while they exist.
-
-    Args:
-        target: the target the entries were compiled for.
-    """
-    triton = require_triton()
-    tgt = parse_target(target) if isinstance(target, str) else target
-    return {
-        "target": str(tgt),
-        "triton_version": triton.__version__,
-        "triton_key_sha256": triton_key_digest(),
-        "python": {
-            "implementation": sys.implementation.name,
-            "cache_tag": sys.implementation.cache_tag,
-            "soabi": sysconfig.get_config_var("SOABI"),
-            "version": platform.python_version(),
-        },
-        "platform": {"system": platform.system(), "machine": platform.machine()},
-        "ptxas": api.ptxas_info(tgt.arch),
-        "env": api.cache_invalidating_env(),
-        "cache_dir": cache_dir(),
-        "remote_cache_backend": os.environ.get("TRITON_REMOTE_CACHE_BACKEND"),
-        "cache_manager": os.environ.get("TRITON_CACHE_MANAGER"),
-        "fp_fusion_env": os.environ.get("TRITON_DEFAULT_FP_FUSION"),
-        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    }
-
-
 @attrs.frozen
 class AotArtifact:
     """What an ahead-of-time compile returns: a record of a cache entry, not a launchable kernel.
@@ -363,9 +303,7 @@ class AotArtifact:
     @property
     def entry_dir(self) -> str:
         """The entry's directory inside the cache (Triton names it by the base32 hash)."""
-        from ._cache import entry_dir
-
-        return entry_dir(self.cache_dir, self.hash)
+        return api.cache_entry_dir(self.cache_dir, self.hash)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         raise RuntimeError(
@@ -373,267 +311,6 @@ class AotArtifact:
             "an AOT artifact cannot launch. At runtime on the GPU, warm up for the device "
             "(target=None): the cache entry makes that a disk hit."
         )
-
-
-_record_cache: dict[str, dict[str, Any]] = {}
-_record_lock = threading.Lock()
-
-
-def _cached_record(target: Target) -> dict[str, Any]:
-    """``validity_record`` without ``created``, memoized per target and environment."""
-    memo = json.dumps([str(target), cache_dir(), sorted(api.cache_invalidating_env().items())])
-    with _record_lock:
-        rec = _record_cache.get(memo)
-        if rec is None:
-            rec = validity_record(target)
-            rec.pop("created", None)
-            _record_cache[memo] = rec
-        return rec
-
-
-def write_entry_record(artifact: AotArtifact, target: Target) -> Path | None:
-    """Write ``<entry>/warmkit-aot.json``: the validity record and what the entry is.
-
-    The record lives inside the entry's own directory (Triton ignores files it
-    does not know there), so it travels with the entry through a copy or a
-    warmkit bundle, and concurrent warmups never contend for one file.
-
-    Returns:
-        The record's path, or None when the entry directory does not exist
-        (e.g. a remote cache manager).
-    """
-    entry = Path(artifact.entry_dir)
-    if not entry.is_dir():
-        logger.debug("no local cache entry %s for %s; record not written", entry, artifact.kernel)
-        return None
-    # Without the cache directory: a bundle built in a temporary directory and installed
-    # again must give byte-identical records (identity), and relocation makes it moot.
-    validity = {k: v for k, v in _cached_record(target).items() if k != "cache_dir"}
-    data = {
-        "format": 1,
-        "validity": validity,
-        "kernel": artifact.kernel,
-        "key": repr(artifact.key),
-        "name": artifact.name,
-        "target": artifact.target,
-        "hash": artifact.hash,
-    }
-    if artifact.launcher is not None:
-        data["launcher"] = artifact.launcher
-    if artifact.identity is not None:
-        data["identity"] = artifact.identity
-    path = entry / AOT_RECORD
-    text = json.dumps(data, indent=1, sort_keys=True, default=str)
-    try:
-        if path.exists() and path.read_text() == text:
-            return path
-        tmp = entry / f".{AOT_RECORD}.{os.getpid()}.{threading.get_ident()}.tmp"
-        tmp.write_text(text)
-        os.replace(tmp, path)
-    except OSError as exc:
-        logger.warning("could not write AOT record %s: %s", path, exc)
-        return None
-    return path
-
-
-#: The fields of a validity record that decide whether a runtime finds the entry.
-CHECKED_FIELDS = ("triton_version", "triton_key_sha256", "python", "ptxas", "env")
-
-
-def describe_entry(directory: str | os.PathLike[str]) -> dict[str, Any]:
-    """An entry's kernel, target, and why it is stale here (``warmkit cache info``).
-
-    Stale means the entry's warmkit AOT record says it was built by another
-    Triton wheel, CPython ABI, ptxas or cache-relevant environment than
-    this process has: Triton here would never look it up. An entry without
-    a record (Triton wrote it on its own) is named by its function and
-    never called stale, since nothing says what built it.
-    """
-    d = Path(directory)
-    groups = sorted(d.glob(api.GROUP_FILE_GLOB))
-    info: dict[str, Any] = {
-        "kernel": groups[0].name[len(api.GROUP_FILE_PREFIX) : -len(".json")] if groups else "?",
-        "target": None,
-        "stale": None,
-    }
-    try:
-        data = json.loads((d / AOT_RECORD).read_text())
-        recorded, target = data["validity"], data["target"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return info
-    info["kernel"], info["target"] = data.get("kernel", info["kernel"]), target
-    try:
-        here = _cached_record(parse_target(target))
-    except ValueError as exc:
-        return info | {"stale": f"unknown target {target!r} ({exc})"}
-    for field in CHECKED_FIELDS:
-        if recorded.get(field) != here.get(field):
-            return info | {"stale": f"{field} {recorded.get(field)!r}, here {here.get(field)!r}"}
-    return info
-
-
-def check_aot_cache(cache: str | os.PathLike[str] | None = None) -> list[str]:
-    """Say why entries of an AOT-filled Triton cache would not be found by this process.
-
-    For every entry that carries a warmkit AOT record, compares the record with
-    this process (Triton wheel, CPython ABI, ptxas, cache-relevant
-    environment), and checks that the entry's group file points inside this
-    directory (a copied or moved cache misses, or silently reads the original).
-    Every entry, recorded or not, is also verified: its recorded sha256s and
-    sizes (``warmkit-integrity.json``), parseable metadata, non-empty binaries.
-
-    Args:
-        cache: the cache directory; default the one in effect (``TRITON_CACHE_DIR``).
-
-    Returns:
-        One line per problem; empty when every recorded entry is usable here.
-    """
-    from warmkit._integrity import verify_cache
-
-    from ._cache import verify_cache_entry
-
-    directory = Path(cache) if cache is not None else Path(cache_dir())
-    directory = directory.resolve()
-    # Corruption first: a truncated binary would be a "hit" that fails on the GPU.
-    problems = [
-        f"{Path(entry).name}: corrupt entry ({'; '.join(found)}); warmkit's next warmup "
-        "quarantines and recompiles it (or run: warmkit cache verify --quarantine)"
-        for entry, found in verify_cache(directory, verify_cache_entry).items()
-    ]
-    records = sorted(directory.glob(f"*/{AOT_RECORD}"))
-    if not records:
-        return [
-            *problems,
-            f"no warmkit AOT records under {directory}: it was not filled by a warmkit AOT warmup",
-        ]
-    here: dict[str, dict[str, Any]] = {}
-    for path in records:
-        entry = path.parent
-        try:
-            data = json.loads(path.read_text())
-            recorded = data["validity"]
-            tgt = data["target"]
-        except (OSError, ValueError, KeyError) as exc:
-            problems.append(f"{path}: unreadable record ({exc})")
-            continue
-        if tgt not in here:
-            here[tgt] = _cached_record(parse_target(tgt))
-        for field in CHECKED_FIELDS:
-            if recorded.get(field) != here[tgt].get(field):
-                problems.append(
-                    f"[{tgt}] {entry.name}: {field} differs: built with {recorded.get(field)!r}, "
-                    f"this process has {here[tgt].get(field)!r}"
-                )
-        for grp in entry.glob(api.GROUP_FILE_GLOB):
-            try:
-                paths = api.group_children(grp).values()
-            except (OSError, ValueError):
-                problems.append(f"[{tgt}] {entry.name}: unreadable group file {grp.name}")
-                continue
-            outside = [p for p in paths if Path(p).parent.resolve() != entry.resolve()]
-            if outside:
-                problems.append(
-                    f"[{tgt}] {entry.name}: {grp.name} points outside the entry ({outside[0]}): the "
-                    "cache was copied or moved; Triton will recompile (or read the original files "
-                    "while they exist). Use relocate_cache_entry() or a warmkit bundle."
-                )
-    return problems
-
-
-def prepare_entries(directory: str | os.PathLike[str], entries: Sequence[str]) -> str:
-    """Build the C launchers of installed entries on this host, as their first loads would.
-
-    An entry compiled ahead of time (on a host without the GPU) carries its
-    cubin but not the gcc-built modules Triton makes at the first load:
-    ``cuda_utils`` and, on 3.6, one launcher per signature (0.3-0.6 s on the
-    H200 host, most of a CPU-built bundle's warmup). ``bundle install`` on the
-    GPU host builds them here, each distinct one once, in parallel, into
-    Triton's cache, from the signature the AOT record keeps
-    (``_triton_api.build_launcher``). Entries without a record (compiled on a
-    GPU, or by an older warmkit) are counted, not guessed.
-
-    Returns:
-        A one-line summary (built, or why not).
-
-    Raises:
-        RuntimeError: gcc or the import of a built launcher failed.
-    """
-    t0 = time.perf_counter()
-    recipes: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
-    without = 0
-    for name in entries:
-        entry = Path(directory) / name
-        try:
-            record = json.loads((entry / AOT_RECORD).read_text())
-            recipe = record.get("launcher")
-            metadata = json.loads((entry / f"{record['name']}.json").read_text())
-        except (OSError, ValueError, KeyError, TypeError):
-            recipe = None
-        if not isinstance(recipe, dict):
-            without += 1
-            continue
-        ident = json.dumps([recipe, metadata.get("tensordesc_meta")], sort_keys=True)
-        recipes.setdefault(ident, (recipe, metadata))
-    tail = f"; {without} entr(ies) without a launcher recipe" if without else ""
-    if not recipes:
-        return f"no launcher to build{tail}"
-    try:
-        api.default_driver()  # makes cuda_utils once, before the launchers
-    except Exception as exc:  # noqa: BLE001 - no GPU driver here is a fact to report
-        return (
-            f"{len(recipes)} launcher(s) not built: no CUDA driver on this host ({exc}); "
-            f"Triton builds them at the first device load{tail}"
-        )
-    with ThreadPoolExecutor(min(len(recipes), os.cpu_count() or 1)) as pool:
-        list(
-            pool.map(lambda r: api.build_launcher(*r), recipes.values())
-        )  # gcc runs outside the GIL
-    return (
-        f"{len(recipes)} launcher(s) built or found in Triton's cache for {len(entries)} "
-        f"entr(ies) in {time.perf_counter() - t0:.2f}s{tail}"
-    )
-
-
-def relocate_cache_entry(staged: str | os.PathLike[str], final: str | os.PathLike[str]) -> None:
-    """Rewrite an entry's group files so their absolute paths point into ``final``.
-
-    Triton's ``__grp__<name>.json`` lists its files by absolute path; an entry
-    moved to another directory is otherwise a miss.
-
-    Args:
-        staged: the entry's directory now.
-        final: the directory it will have (may not exist yet).
-    """
-    from warmkit._integrity import update_record
-
-    groups = api.relocate_group_files(staged, final)
-    update_record(Path(staged), groups)
-
-
-def fingerprint(target: Target | None) -> dict[str, str]:
-    """The fields that must be equal where a cache is built and where it is used (flat strings)."""
-    rec = _cached_record(target) if target is not None else None
-    if rec is None:
-        triton = require_triton()
-        rec = {
-            "target": "none",
-            "triton_version": triton.__version__,
-            "triton_key_sha256": triton_key_digest(),
-            "python": {
-                "cache_tag": sys.implementation.cache_tag,
-                "soabi": sysconfig.get_config_var("SOABI"),
-            },
-            "ptxas": {"version": None},
-            "env": api.cache_invalidating_env(),
-        }
-    return {
-        "target": str(rec["target"]),
-        "triton_version": str(rec["triton_version"]),
-        "triton_key_sha256": str(rec["triton_key_sha256"]),
-        "python_abi": f"{rec['python']['cache_tag']}/{rec['python']['soabi']}",
-        "ptxas": str(rec["ptxas"].get("version")),
-        "env": json.dumps(rec["env"], sort_keys=True),
-    }
 
 
 def real_driver() -> Any:

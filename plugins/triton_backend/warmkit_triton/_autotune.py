@@ -3,13 +3,8 @@
 A ``TritonKernel.fn`` may be any stack Triton allows of ``@triton.autotune``,
 ``@triton.heuristics`` and ``@triton.jit``. This module
 
-* reads the stack (:func:`unwrap`): which parameters the configs and the
-  heuristics supply, so ``warmup_args`` must not;
-* derives, from a key's warmup arguments, exactly what Triton's own layers
-  would at runtime (:func:`derive`): the heuristic constexprs, the autotune
-  key (the values of ``key=[...]`` plus ``str(dtype)`` of every tensor
-  argument, as ``Autotuner.run`` builds it) and the final keyword arguments of
-  the ``@triton.jit`` launch for each config;
+* reads the stack through ``_stack`` (``unwrap``, ``derive``: what Triton's own
+  layers derive from a key's warmup arguments);
 * compiles a key's surviving configs (in parallel), benchmarks them and
   stores the winner, or uses a stored winner (:func:`compile_stack`; the
   benchmark and the results store are in ``_tuned``);
@@ -27,28 +22,26 @@ are compiled; with no known winner, every surviving config is.
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, Protocol
 
 import attrs
 
 from . import _triton_api as api
+from ._aot import cache_dir, require_device
+from ._kernel import InterpretedExecutor, _verify_default, check_warmup_args
+from ._stack import Derived, Stack, check_not_provided, derive, key_names, surviving_configs
 from ._tuned import benchmark, find_result, gpu_model, known_winners, result_id, store_result
 
 __all__ = [
     "AutotuneKeyMismatchError",
     "AutotunedArtifact",
     "AutotunedExecutor",
-    "Derived",
-    "Stack",
-    "check_not_provided",
+    "StackCompiler",
+    "Variant",
     "compile_stack",
-    "derive",
-    "surviving_configs",
-    "tuning_key",
-    "unwrap",
+    "stack_variants",
 ]
 
 logger = logging.getLogger(__name__)
@@ -82,251 +75,6 @@ class AutotuneKeyMismatchError(RuntimeError):
             "the autotune key=[...] arguments (and the tensor dtypes) into the CompileKey, and "
             "warmup_args(key) must pass them"
         )
-
-
-# -- the stack ----------------------------------------------------------------------------------
-
-
-@attrs.frozen(eq=False)
-class Stack:
-    """A ``TritonKernel.fn`` read as layers over one ``@triton.jit`` function.
-
-    Attributes:
-        top: the object the kernel names as ``fn``.
-        jit: the innermost ``JITFunction`` (an ``InterpretedFunction`` under ``TRITON_INTERPRET=1``).
-        layers: outermost first, ``("autotune", AutotunerParts)`` or
-            ``("heuristics", {parameter: function}, arg_names)``.
-        autotuner: the stack's ``Autotuner`` object, or None.
-        tuner: its parts (``_triton_api.AutotunerParts``), or None.
-        provided: parameter name -> ``"autotune config"`` or ``"heuristic"``,
-            for every parameter the stack supplies itself.
-    """
-
-    top: Any
-    jit: Any
-    layers: tuple[tuple[Any, ...], ...]
-    autotuner: Any
-    tuner: Any
-    provided: Mapping[str, str]
-
-    @property
-    def name(self) -> str:
-        fn = getattr(self.jit, "fn", None)
-        module = getattr(fn, "__module__", None) or "?"
-        return f"{module}.{getattr(fn, '__qualname__', getattr(self.jit, '__name__', '?'))}"
-
-
-_stacks: dict[int, Stack] = {}
-_stacks_lock = threading.Lock()
-
-
-def unwrap(fn: Any) -> Stack | None:
-    """Read ``fn`` as a stack; None for a plain ``@triton.jit`` function.
-
-    Raises:
-        TypeError: a layer that is not ``@triton.autotune``, ``@triton.heuristics``
-            or ``@triton.jit``; two ``@triton.autotune`` layers; a config or
-            heuristic that sets something that is not a parameter of the
-            function, or a parameter set by both.
-    """
-    with _stacks_lock:
-        hit = _stacks.get(id(fn))
-        if hit is not None and hit.top is fn:
-            return hit
-    found = api.stack_layers(fn)
-    if found is None:
-        return None
-    objects, jit = found
-    tuners = [obj for obj in objects if api.is_autotuner(obj)]
-    if len(tuners) > 1:
-        raise TypeError(
-            "fn stacks two @triton.autotune decorators; warmkit supports one (merge their configs)"
-        )
-    layers: list[tuple[Any, ...]] = []
-    for obj in objects:
-        if api.is_autotuner(obj):
-            layers.append(("autotune", api.autotuner_parts(obj)))
-        else:
-            layers.append(("heuristics", *api.heuristic_values(obj)))
-    names = list(jit.arg_names)
-    provided: dict[str, str] = {}
-
-    def provide(name: str, by: str, what: str) -> None:
-        if name not in names:
-            raise TypeError(
-                f"{what} sets {name!r}, which is not a parameter of "
-                f"{jit.__name__}({', '.join(names)})"
-            )
-        if provided.get(name, by) != by:
-            raise TypeError(f"{name!r} is set by both a @triton.heuristics and an autotune config")
-        provided[name] = by
-
-    for layer in reversed(layers):  # innermost first, so an outer layer's clash names both
-        if layer[0] == "autotune":
-            for i, cfg in enumerate(layer[1].configs):
-                for name in cfg.kwargs:
-                    provide(name, "autotune config", f"autotune config {i} ({cfg})")
-        else:
-            for name in layer[1]:
-                provide(name, "heuristic", "@triton.heuristics")
-    tuner = next((layer[1] for layer in layers if layer[0] == "autotune"), None)
-    stack = Stack(fn, jit, tuple(layers), tuners[0] if tuners else None, tuner, provided)
-    with _stacks_lock:
-        _stacks[id(fn)] = stack
-    return stack
-
-
-# -- what Triton's layers derive ---------------------------------------------------------------
-
-
-def _dtype_text(arg: Any) -> str:
-    dtype = arg.dtype
-    if isinstance(dtype, str):  # a WarmupTensor without torch: as torch would print it
-        return f"torch.{dtype}"
-    return str(dtype)
-
-
-def tuning_key(autotuner: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> tuple[Any, ...]:
-    """The autotune key exactly as ``Autotuner.run`` builds it from one call's arguments.
-
-    Args:
-        autotuner: the ``AutotunerParts`` (anything with ``arg_names`` and ``keys``).
-        args: the call's positional arguments.
-        kwargs: its keyword arguments as they reach the autotuner.
-    """
-    arg_names = autotuner.arg_names
-    all_args = {**dict(zip(arg_names, args)), **kwargs}
-    named = {k: v for k, v in all_args.items() if k in arg_names}
-    key: list[Any] = [named[k] for k in autotuner.keys if k in named]
-    key.extend(_dtype_text(v) for v in named.values() if hasattr(v, "dtype"))
-    return tuple(key)
-
-
-def _key_names(autotuner: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> list[str]:
-    """The argument each position of :func:`tuning_key` comes from (for messages)."""
-    arg_names = autotuner.arg_names
-    all_args = {**dict(zip(arg_names, args)), **kwargs}
-    named = {k: v for k, v in all_args.items() if k in arg_names}
-    out = [k for k in autotuner.keys if k in named]
-    out.extend(f"{k} (dtype)" for k, v in named.items() if hasattr(v, "dtype"))
-    return out
-
-
-@attrs.frozen
-class Derived:
-    """What the stack derives for one config from one call's arguments.
-
-    Attributes:
-        params: the ``@triton.jit`` function's keyword parameters of the launch
-            (the call's own, the config's and the heuristics'), in Triton's order.
-        options: the launch options (``num_warps`` ...), in Triton's order.
-        heuristics: parameter -> the value its heuristic gave.
-        tuning_key: the autotune key (None without ``@triton.autotune``).
-    """
-
-    params: dict[str, Any]
-    options: dict[str, Any]
-    heuristics: dict[str, Any]
-    tuning_key: tuple[Any, ...] | None
-
-
-def derive(stack: Stack, args: Sequence[Any], kwargs: Mapping[str, Any], config: Any) -> Derived:
-    """Walk ``stack`` as Triton's ``run`` methods would for a call ``fn[grid](*args, **kwargs)``.
-
-    Args:
-        stack: from :func:`unwrap`.
-        args: the call's positional arguments.
-        kwargs: its keyword arguments (launch options included).
-        config: the autotune config to apply (None without ``@triton.autotune``).
-
-    Raises:
-        TypeError: the call passes a parameter the stack supplies (named).
-    """
-    kw = dict(kwargs)
-    heur: dict[str, Any] = {}
-    tkey = None
-    for layer in stack.layers:
-        if layer[0] == "autotune":
-            tkey = tuning_key(layer[1], args, kw)
-            extra = config.all_kwargs() if config is not None else {}
-            clash = [k for k in extra if k in kw]
-            if clash:
-                raise TypeError(
-                    f"{clash[0]!r} is set by the autotune configs of {stack.name}; do not pass it "
-                    "(warmup_args and launch_options must leave it to the configs)"
-                )
-            kw = {**kw, **extra}
-        else:
-            for name, fn in layer[1].items():
-                value = fn({**dict(zip(layer[2], args)), **kw})
-                kw[name] = value
-                heur[name] = value
-    names = set(stack.jit.arg_names)
-    params = {k: v for k, v in kw.items() if k in names}
-    options = {k: v for k, v in kw.items() if k not in names}
-    return Derived(params, options, heur, tkey)
-
-
-def check_not_provided(
-    kernel: str, stack: Stack, args: Sequence[Any], kwargs: Mapping[str, Any], options: Any
-) -> None:
-    """Refuse warmup arguments that pass a parameter the stack supplies, naming it.
-
-    Raises:
-        TypeError: naming the parameter and whether a config or a heuristic sets it.
-    """
-    names = list(stack.jit.arg_names)
-    given = list(kwargs) + names[: len(args)]
-    for name in given:
-        source = stack.provided.get(name)
-        if source is not None:
-            raise TypeError(
-                f"kernel {kernel!r}: warmup_args passes {name!r}, which the {source}s of "
-                f"{stack.name} set; leave it out (the stack supplies it at every launch)"
-            )
-    if stack.autotuner is not None:
-        tuned = {"num_warps", "num_stages", "num_ctas", "maxnreg", "ir_override"}
-        for name in options:
-            if name in tuned:
-                raise TypeError(
-                    f"kernel {kernel!r}: launch_options(key) sets {name!r}, which the autotune "
-                    f"configs of {stack.name} set; leave it to the configs"
-                )
-
-
-def surviving_configs(
-    kernel: str, stack: Stack, args: Sequence[Any], kwargs: Mapping[str, Any]
-) -> list[tuple[int, Any]]:
-    """``(index, config)`` of each config that survives the autotuner's ``prune_configs_by``.
-
-    ``early_config_prune`` and ``perf_model`` run on the warmup arguments, so
-    they see ``WarmupTensor``\\ s: shapes, strides and dtypes, never data.
-
-    Raises:
-        RuntimeError: the pruning functions failed on the warmup arguments (chained).
-    """
-    tuner = stack.tuner
-    if tuner is None:
-        return [(0, None)]
-    configs = tuner.configs
-    if not tuner.prunes:
-        return list(enumerate(configs))
-    above: dict[str, Any] = dict(kwargs)
-    for layer in stack.layers:  # heuristics above the autotuner add their values first
-        if layer[0] == "autotune":
-            break
-        for name, fn in layer[1].items():
-            above[name] = fn({**dict(zip(layer[2], args)), **above})
-    try:
-        kept = api.prune_configs(stack.autotuner, args, above)
-    except Exception as exc:
-        raise RuntimeError(
-            f"kernel {kernel!r}: prune_configs_by of {stack.name} failed on the warmup "
-            f"arguments ({type(exc).__name__}: {exc}); at warmup it sees WarmupTensors "
-            "(shape, strides, dtype), never tensor data"
-        ) from exc
-    index = {id(c): i for i, c in enumerate(configs)}
-    return [(index.get(id(c), configs.index(c)), c) for c in kept]
 
 
 # -- what the backend returns ----------------------------------------------------------------------
@@ -417,7 +165,7 @@ class AutotunedExecutor:
         got = derive(self.stack, args, {**kwargs, **self._options}, self.config)
         want = self._derived
         if got.tuning_key != want.tuning_key:
-            names = _key_names(self.stack.tuner, args, {**kwargs, **self._options})
+            names = key_names(self.stack.tuner, args, {**kwargs, **self._options})
             for i, (a, b) in enumerate(zip(want.tuning_key or (), got.tuning_key or ())):
                 if a != b:
                     raise AutotuneKeyMismatchError(self.kernel, self.key, names[i], a, b)
@@ -504,8 +252,138 @@ def _warmup_pair(kernel: str, warmup: Any) -> tuple[tuple[Any, ...], dict[str, A
     return tuple(warmup[0]), dict(warmup[1])
 
 
+class StackCompiler(Protocol):
+    """What :func:`compile_stack` needs of the backend: one variant's compile, either way.
+
+    ``scope`` is the backend's compile scope (or None); it is passed through, never read here.
+    """
+
+    def compile_aot(
+        self,
+        name: str,
+        key: Any,
+        fn: Any,
+        args: Any,
+        kwargs: Any,
+        options: Any,
+        tgt: Any,
+        scope: Any,
+    ) -> Any:
+        """An ahead-of-time compile of one variant for ``tgt``: an ``AotArtifact``."""
+
+    def compile_device(
+        self,
+        name: str,
+        key: Any,
+        kernel: Any,
+        fn: Any,
+        args: Any,
+        kwargs: Any,
+        options: Any,
+        scope: Any,
+    ) -> Any:
+        """A device compile of one variant: a ``TritonExecutor``."""
+
+    def device_target(self) -> str | None:
+        """This host's device target (tuned results are stored per target)."""
+
+
+@attrs.frozen
+class Variant:
+    """One config of a key's stack that survives pruning, and what the stack derives for it.
+
+    Attributes:
+        index: the config's index in the autotuner's configs (0 without ``@triton.autotune``).
+        config: the ``triton.Config``, or None without ``@triton.autotune``.
+        derived: the launch's parameters, options, heuristics and autotune key.
+    """
+
+    index: int
+    config: Any
+    derived: Derived
+
+
+@attrs.frozen
+class _Job:
+    """One key's compile of a stack: what every step of :func:`compile_stack` reads."""
+
+    compiler: StackCompiler
+    kernel: Any
+    name: str
+    key: Any
+    stack: Stack
+    args: tuple[Any, ...]
+    options: Mapping[str, Any]
+    scope: Any
+    jobs: int
+    interpreted: bool
+    verify: bool
+
+    def aot(self, variant: Variant, target: Any) -> Any:
+        d = variant.derived
+        return self.compiler.compile_aot(
+            self.name, self.key, self.stack.jit, self.args, d.params, d.options, target, self.scope
+        )
+
+    def device(self, variant: Variant) -> Any:
+        d = variant.derived
+        if self.interpreted:
+            return InterpretedExecutor(
+                kernel=self.name, key=self.key, fn=self.stack.jit, launch_options=d.options
+            )
+        return self.compiler.compile_device(
+            self.name,
+            self.key,
+            self.kernel,
+            self.stack.jit,
+            self.args,
+            d.params,
+            d.options,
+            self.scope,
+        )
+
+    def executor(
+        self, variant: Variant, inner: Any, tuning: str | None, **extra: Any
+    ) -> AutotunedExecutor:
+        return AutotunedExecutor(
+            kernel=self.name,
+            key=self.key,
+            stack=self.stack,
+            inner=inner,
+            config=variant.config,
+            derived=variant.derived,
+            options=self.options,
+            tuning=tuning,
+            verify=self.verify,
+            **extra,
+        )
+
+
+def stack_variants(
+    name: str,
+    stack: Stack,
+    args: tuple[Any, ...],
+    kwargs: Mapping[str, Any],
+    options: Mapping[str, Any],
+) -> list[Variant]:
+    """The surviving configs of a key, each derived and its arguments checked against the function.
+
+    Raises:
+        TypeError: warmup arguments that pass what the stack supplies, or do not fit the function.
+        RuntimeError: the autotuner's pruning failed on the warmup arguments.
+    """
+    check_not_provided(name, stack, args, kwargs, options)
+    top = {**kwargs, **options}
+    variants = []
+    for index, config in surviving_configs(name, stack, args, top):
+        derived = derive(stack, args, top, config)
+        check_warmup_args(name, stack.jit, (args, derived.params), derived.options)
+        variants.append(Variant(index, config, derived))
+    return variants
+
+
 def compile_stack(
-    backend: Any,
+    compiler: StackCompiler,
     kernel: Any,
     name: str,
     key: Any,
@@ -522,95 +400,75 @@ def compile_stack(
     winner, or every surviving config compiled in parallel then benchmarked,
     as an :class:`AutotunedExecutor`.
     """
-    from ._aot import cache_dir, require_device
-    from ._kernel import InterpretedExecutor, _verify_default, check_warmup_args
-
     args, kwargs = _warmup_pair(name, warmup)
-    check_not_provided(name, stack, args, kwargs, options)
-    top = {**kwargs, **options}
-    variants = []
-    for index, config in surviving_configs(name, stack, args, top):
-        derived = derive(stack, args, top, config)
-        check_warmup_args(name, stack.jit, (args, derived.params), derived.options)
-        variants.append((index, config, derived))
-    jit = stack.jit
-    tkey = variants[0][2].tuning_key
-    jobs = getattr(scope, "jobs", 1) if scope is not None else 1
-    interpreted = api.is_interpreted(jit)
-    verify = bool(getattr(kernel, "verify_launches", False)) or _verify_default()
-
+    variants = stack_variants(name, stack, args, kwargs, options)
+    job = _Job(
+        compiler=compiler,
+        kernel=kernel,
+        name=name,
+        key=key,
+        stack=stack,
+        args=args,
+        options=options,
+        scope=scope,
+        jobs=getattr(scope, "jobs", 1) if scope is not None else 1,
+        interpreted=api.is_interpreted(stack.jit),
+        verify=bool(getattr(kernel, "verify_launches", False)) or _verify_default(),
+    )
     if target is not None:
-
-        def aot(variant: Any) -> Any:
-            return backend._compile_aot(
-                name, key, jit, args, variant[2].params, variant[2].options, target, scope
-            )
-
-        if stack.autotuner is None:
-            return aot(variants[0])
-        rid = result_id(stack, tkey, gpu="", target=str(target))
-        winners = known_winners(stack, rid, cache_dir(), copy=True)
-        chosen = [v for v in variants if v[0] in set(winners.values())] if winners else []
-        arts = run_parallel(aot, chosen or variants, jobs)
-        return AutotunedArtifact(
-            kernel=name,
-            key=key,
-            target=str(target),
-            tuning_key=tkey,
-            artifacts=tuple(arts),
-            configs=tuple(v[0] for v in chosen or variants),
-            known_winners=winners,
-            tuning="known-winners" if chosen else "needs-device",
-        )
-
-    def device(variant: Any) -> Any:
-        if interpreted:
-            return InterpretedExecutor(
-                kernel=name, key=key, fn=jit, launch_options=variant[2].options
-            )
-        return backend._compile_device(
-            name, key, kernel, jit, args, variant[2].params, variant[2].options, scope
-        )
-
-    def done(variant: Any, inner: Any, tuning: str | None, **extra: Any) -> AutotunedExecutor:
-        return AutotunedExecutor(
-            kernel=name,
-            key=key,
-            stack=stack,
-            inner=inner,
-            config=variant[1],
-            derived=variant[2],
-            options=options,
-            tuning=tuning,
-            verify=verify,
-            **extra,
-        )
-
+        return _compile_ahead(job, variants, target)
     if stack.autotuner is None or len(variants) == 1:
-        inner = device(variants[0])
-        if stack.autotuner is not None:
-            stack.tuner.cache[tkey] = variants[0][1]
-        return done(
-            variants[0],
-            inner,
-            "single" if stack.autotuner is not None else None,
-            cache_hit=inner.cache_hit,
-        )
-    if not interpreted:
+        inner = job.device(variants[0])
+        if stack.autotuner is None:
+            return job.executor(variants[0], inner, None, cache_hit=inner.cache_hit)
+        stack.tuner.cache[variants[0].derived.tuning_key] = variants[0].config
+        return job.executor(variants[0], inner, "single", cache_hit=inner.cache_hit)
+    return _compile_on_device(job, variants)
+
+
+def _compile_ahead(job: _Job, variants: list[Variant], target: Any) -> Any:
+    """The known winners for ``target`` (of every GPU model), else every surviving config."""
+    if job.stack.autotuner is None:
+        return job.aot(variants[0], target)
+    tkey = variants[0].derived.tuning_key
+    assert tkey is not None  # derive() gives one wherever there is an @triton.autotune layer
+    rid = result_id(job.stack, tkey, gpu="", target=str(target))
+    winners = known_winners(job.stack, rid, cache_dir(), copy=True)
+    chosen = [v for v in variants if v.index in set(winners.values())] if winners else []
+    arts = run_parallel(lambda v: job.aot(v, target), chosen or variants, job.jobs)
+    return AutotunedArtifact(
+        kernel=job.name,
+        key=job.key,
+        target=str(target),
+        tuning_key=tkey,
+        artifacts=tuple(arts),
+        configs=tuple(v.index for v in chosen or variants),
+        known_winners=winners,
+        tuning="known-winners" if chosen else "needs-device",
+    )
+
+
+def _compile_on_device(job: _Job, variants: list[Variant]) -> AutotunedExecutor:
+    """The stored winner of this GPU model, else every config compiled and benchmarked here."""
+    name, key, stack = job.name, job.key, job.stack
+    if not job.interpreted:
         require_device(name)  # before the driver is asked for its device: say why
+    tkey = variants[0].derived.tuning_key
+    assert tkey is not None  # only stacks with an @triton.autotune layer are tuned
     where = cache_dir()
-    dev = None if interpreted else _current_device()
-    gpu = gpu_model(dev, interpreted=interpreted)
-    rid = result_id(stack, tkey, gpu=gpu, target=str(backend.default_target()))
+    gpu = gpu_model(None if job.interpreted else _current_device(), interpreted=job.interpreted)
+    rid = result_id(stack, tkey, gpu=gpu, target=str(job.compiler.device_target()))
     found = find_result(stack, rid, where)
     if found is not None:
         winner, body = found
-        variant = next((v for v in variants if v[0] == winner), None)
+        variant = next((v for v in variants if v.index == winner), None)
         if variant is not None:
-            inner = device(variant)
-            stack.tuner.cache[tkey] = variant[1]
+            inner = job.device(variant)
+            stack.tuner.cache[tkey] = variant.config
             timings = {int(i): t for i, t in body.get("timings_ms", {}).items()}
-            return done(variant, inner, "stored", timings=timings, cache_hit=inner.cache_hit)
+            return job.executor(
+                variant, inner, "stored", timings=timings, cache_hit=inner.cache_hit
+            )
         logger.warning(
             "kernel %s key %r: the stored winner (config %d) does not survive pruning now; re-tuning",
             name,
@@ -627,36 +485,52 @@ def compile_stack(
             ", ".join(others),
             gpu,
         )
+    return _tune(job, variants, rid, gpu, where)
 
-    def attempt(variant: Any) -> Any:
+
+def _compile_each(job: _Job, variants: list[Variant]) -> list[tuple[int, Any, Any, Derived]]:
+    """Every variant compiled in parallel; those that fail are logged and left out (as in Triton).
+
+    Raises:
+        Exception: the first failure, when every variant failed.
+    """
+
+    def attempt(variant: Variant) -> Any:
         try:
-            return device(variant)
+            return job.device(variant)
         except Exception as exc:  # noqa: BLE001 - one config failing is a timing of inf, as in Triton
             return exc
 
-    compiled = run_parallel(attempt, variants, jobs)
-    candidates = [
-        (v[0], v[1], inner, v[2])
-        for v, inner in zip(variants, compiled)
-        if not isinstance(inner, BaseException)
-    ]
+    compiled = run_parallel(attempt, variants, job.jobs)
     for v, inner in zip(variants, compiled):
         if isinstance(inner, BaseException):
             logger.warning(
                 "kernel %s key %r: config %d (%s) does not compile: %s: %s",
-                name,
-                key,
-                v[0],
-                v[1],
+                job.name,
+                job.key,
+                v.index,
+                v.config,
                 type(inner).__name__,
                 inner,
             )
+    candidates = [
+        (v.index, v.config, inner, v.derived)
+        for v, inner in zip(variants, compiled)
+        if not isinstance(inner, BaseException)
+    ]
     if not candidates:
         raise next(c for c in compiled if isinstance(c, BaseException))
-    grid = kernel.warmup_grid(key)
-    bench_device = "cpu" if interpreted else _torch_device(candidates[0][2].device)
+    return candidates
+
+
+def _tune(job: _Job, variants: list[Variant], rid: Any, gpu: str, where: str) -> AutotunedExecutor:
+    """Compile every variant, benchmark them here, store the winner and return it."""
+    name, key, stack = job.name, job.key, job.stack
+    candidates = _compile_each(job, variants)
+    grid = job.kernel.warmup_grid(key)
+    bench_device = "cpu" if job.interpreted else _torch_device(candidates[0][2].device)
     timings, seconds = benchmark(
-        stack, candidates, args, grid, bench_device, interpreted=interpreted
+        stack, candidates, job.args, grid, bench_device, interpreted=job.interpreted
     )
     best = min(candidates, key=lambda c: timings[c[0]])
     if timings[best[0]][0] == float("inf"):
@@ -672,7 +546,7 @@ def compile_stack(
         winner=best[0],
         seconds=seconds,
     )
-    stack.tuner.cache[tkey] = best[1]
+    stack.tuner.cache[variants[0].derived.tuning_key] = best[1]
     logger.info(
         "kernel %s key %r: tuned %d config(s) in %.3fs on %s; winner %d (%s) %.4f ms",
         name,
@@ -684,8 +558,8 @@ def compile_stack(
         best[1],
         timings[best[0]][0],
     )
-    variant = next(v for v in variants if v[0] == best[0])
-    return done(
+    variant = next(v for v in variants if v.index == best[0])
+    return job.executor(
         variant,
         best[2],
         "benchmarked",

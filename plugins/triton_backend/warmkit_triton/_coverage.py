@@ -11,7 +11,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from . import _triton_api as api
-from ._record import UnreplayableError, _unwrap, encode_value, spec_from_call
+from ._record import spec_from_call
+from ._values import UnreplayableError, _unwrap, encode_value
 
 __all__ = ["declared_specializations"]
 
@@ -43,7 +44,7 @@ def declared_specializations(
         TypeError: ``warmup_args``/``launch_options`` do not match ``fn``.
     """
     from ._aot import AotDriver, aot_driver, parse_target
-    from ._autotune import unwrap
+    from ._stack import unwrap
 
     fn = _unwrap(kernel)  # kernel.fn may be an autotune/heuristics stack
     if fn is None:
@@ -67,7 +68,7 @@ def _key_specializations(
     kernel: Any, key: Any, fn: Any, stack: Any, binder: Any
 ) -> list[dict[str, Any]]:
     """One key's specializations: one per launch a warmup compiles, plus its autotune key."""
-    from ._autotune import _warmup_pair, check_not_provided, derive, surviving_configs
+    from ._autotune import _warmup_pair, stack_variants
     from ._kernel import check_warmup_args
 
     name = type(kernel).name
@@ -77,14 +78,13 @@ def _key_specializations(
         tkey = None
     else:
         args, kwargs = _warmup_pair(name, kernel.warmup_args(key))
-        check_not_provided(name, stack, args, kwargs, options)
-        top = {**kwargs, **options}
-        launches, tkey = [], None
-        for _, config in surviving_configs(name, stack, args, top):
-            derived = derive(stack, args, top, config)
-            pair = check_warmup_args(name, fn, (args, derived.params), derived.options)
-            launches.append(pair + (derived.options,))
-            tkey = derived.tuning_key
+        variants = stack_variants(name, stack, args, kwargs, options)
+        launches = [
+            check_warmup_args(name, fn, (args, v.derived.params), v.derived.options)
+            + (v.derived.options,)
+            for v in variants
+        ]
+        tkey = variants[-1].derived.tuning_key if variants else None
     out: list[dict[str, Any]] = []
     for args, kwargs, opts in launches:
         wrapped = [api.wrap_warmup_arg(a) for a in args]

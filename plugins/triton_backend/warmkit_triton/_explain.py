@@ -2,7 +2,7 @@
 
 Both sides use the same names, so the core compares them one by one:
 
-* the fingerprint (``_aot.fingerprint``): ``target``, ``triton_version``,
+* the fingerprint (``_entry.fingerprint``): ``target``, ``triton_version``,
   ``triton_key_sha256``, ``python_abi``, ``ptxas``, ``env``;
 * ``kernel`` and ``key`` (the warmkit key's text: its constexprs and shapes);
 * ``source <module:function>`` (sha256 of the text and starting line) and
@@ -22,9 +22,10 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from ._aot import AOT_RECORD, fingerprint, parse_target
+from ._aot import parse_target
+from ._entry import AOT_RECORD, fingerprint
 from ._pins import _text, pins_for, pins_of
-from ._record import _unwrap
+from ._values import _unwrap
 
 __all__ = ["IdentityCapabilities", "entry_factors", "identity_factors", "key_factors"]
 

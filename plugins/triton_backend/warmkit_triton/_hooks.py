@@ -399,7 +399,7 @@ def _monitored_run(self: Any, *args: Any, **kwargs: Any) -> Any:
     parts = api.autotuner_parts(self)
     if original is None or len(parts.configs) <= 1 or not _reporting or _is_managed():
         return (original or _passthrough)(self, *args, **kwargs)
-    from ._autotune import tuning_key
+    from ._stack import tuning_key
 
     key = tuning_key(parts, args, kwargs)
     if key in parts.cache:

@@ -45,7 +45,7 @@ from typing import Any, ClassVar, TypeVar
 
 from warmkit import JitKernel, KernelDefinitionError
 
-from . import _envs
+from . import _envs, _stack
 from . import _triton_api as api
 
 __all__ = [
@@ -133,10 +133,8 @@ class TritonKernel(JitKernel[K]):
             )
         if cls.warmup_args is TritonKernel.warmup_args:
             raise KernelDefinitionError(cls, "must define warmup_args(self, key) -> (args, kwargs)")
-        from . import _autotune
-
         try:
-            stack = _autotune.unwrap(fn)
+            stack = _stack.unwrap(fn)
         except TypeError as exc:
             raise KernelDefinitionError(cls, f"fn: {exc}") from exc
         tuner = stack.tuner if stack is not None else None

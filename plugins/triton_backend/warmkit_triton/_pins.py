@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from . import _triton_api as api
-from ._record import UnreplayableError, _unwrap, decode_value, encode_value
+from ._values import UnreplayableError, _unwrap, decode_value, encode_value
 
 __all__ = [
     "PinMismatchError",

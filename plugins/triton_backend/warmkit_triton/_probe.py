@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ._aot import cache_dir
-from ._cache import complete_entry, entry_dir
+from ._entry import complete_entry, entry_dir
 
 __all__ = ["Loaded", "Probed", "entry_on_disk", "probing"]
 
@@ -69,7 +69,7 @@ class Loaded:
 
 
 def entry_on_disk(digest: str) -> bool:
-    """Whether the probe may load entry ``digest``: complete on disk (``_cache.complete_entry``).
+    """Whether the probe may load entry ``digest``: complete on disk (``_entry.complete_entry``).
 
     The files found are kept for the fleet's ``entry_files(digest)`` that follows in this
     thread (one read of the group file per warm key, not two).

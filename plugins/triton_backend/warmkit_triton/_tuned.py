@@ -37,7 +37,7 @@ from warmkit._record import write_atomic
 from . import _triton_api as api
 
 if TYPE_CHECKING:
-    from ._autotune import Derived, Stack
+    from ._stack import Derived, Stack
 
 __all__ = [
     "INTERPRETER_MODEL",

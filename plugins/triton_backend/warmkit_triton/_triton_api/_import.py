@@ -6,6 +6,7 @@ import functools
 import importlib
 import sys
 import threading
+from collections.abc import Callable
 from types import ModuleType
 
 #: The oldest Triton this backend supports; 3.6.0 and 3.9.0 are tested.
@@ -58,13 +59,32 @@ _key_cache_state = 0
 # Reentrant: installing calls back into accessors that call require_triton() (they see 1 and
 # go on); another thread (warmkit.prepare()'s setup) waits until it is installed.
 _install_lock = threading.RLock()
+# What the first successful require_triton() runs: registered by the plugin above this layer
+# (warmkit_triton/__init__ registers the key cache), so this layer imports nothing of it.
+_first_import_hooks: list[Callable[[], object]] = []
+
+
+def on_first_import(hook: Callable[[], object]) -> None:
+    """Run ``hook`` once, in the first successful :func:`require_triton` (now, if that was).
+
+    Hooks run in the order registered, under the install lock, before any warmup thread
+    starts. Registering the same hook twice runs it once.
+    """
+    with _install_lock:
+        if hook in _first_import_hooks:
+            return
+        _first_import_hooks.append(hook)
+        if _key_cache_state == 2:
+            hook()
 
 
 def require_triton() -> ModuleType:
     """Import and return ``triton``, checking the version.
 
-    The first successful call also installs the cross-process cache of
-    ``triton_key()`` (``_keycache``; off with ``WARMKIT_TRITON_KEY_CACHE=0``).
+    The first successful call also runs the hooks of :func:`on_first_import` (the plugin
+    registers the cross-process cache of ``triton_key()``, ``_keycache``; off with
+    ``WARMKIT_TRITON_KEY_CACHE=0``) and, on the Pythons of :data:`AST_PARSE_RACES`,
+    :func:`serialize_ast_parse`.
 
     Raises:
         TritonNotInstalledError: Triton cannot be imported, or is older than 3.6.
@@ -83,9 +103,8 @@ def require_triton() -> ModuleType:
             if _key_cache_state == 0:
                 _key_cache_state = 1
                 try:
-                    from .. import _keycache
-
-                    _keycache.install()  # a warm restart skips hashing libtriton.so again
+                    for hook in _first_import_hooks:
+                        hook()
                     if AST_PARSE_RACES:
                         serialize_ast_parse()
                 finally:
