@@ -48,8 +48,9 @@ class FleetBackend(BundleBackend):
 
     def entry_info(self, directory: str | os.PathLike[str]) -> Mapping[str, Any]:
         index = Path(directory) / "index.json"
-        kernel = json.loads(index.read_text())["kernel"] if index.is_file() else None
-        return {"kernel": kernel, "target": None, "stale": None if kernel else "no index.json"}
+        if not index.is_file():  # "?": the core's own name for an entry of unknown kernel
+            return {"kernel": "?", "target": None, "stale": "no index.json"}
+        return {"kernel": json.loads(index.read_text())["kernel"], "target": None, "stale": None}
 
     def entry_file_allowed(self, name: str) -> bool:
         return name in FILES
