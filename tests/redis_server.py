@@ -41,6 +41,17 @@ class RedisServer:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self) -> RedisServer:
+        # The port was free when picked, but a test in another xdist worker may bind it
+        # before this server does: then redis-server exits at once, and a new port is tried.
+        for _attempt in range(5):
+            if self._start_once():
+                return self
+            self.port = _free_port()
+        raise RuntimeError(
+            f"redis-server did not start on 127.0.0.1 (5 ports tried, last {self.port})"
+        )
+
+    def _start_once(self) -> bool:
         self.proc = subprocess.Popen(
             [
                 self.binary,
@@ -55,16 +66,16 @@ class RedisServer:
             stderr=subprocess.DEVNULL,
         )  # fmt: skip
         deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and self.proc.poll() is None:
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as s:
                     s.sendall(b"PING\r\n")
                     if s.recv(16).startswith(b"+PONG"):
-                        return self
+                        return True
             except OSError:
                 time.sleep(0.05)
         self.stop()
-        raise RuntimeError(f"redis-server did not start on 127.0.0.1:{self.port}")
+        return False
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

@@ -27,6 +27,7 @@ SCRIPTS = [
     "dsl_startup.py",
     "fleet.py",
     "warm_key.py",
+    "fault_matrix.py",
 ]
 #: not benchmarks: shared helpers and workloads (synthetic_kernels.py has its own check below);
 #: identity_gpu.py is the lead's H200 proof of pinned identity (needs CUDA and fla-core);
@@ -65,6 +66,10 @@ def test_tiny_run_writes_json(script, tmp_path):
     assert isinstance(doc, dict) and doc
     if "benchmark" in doc:  # written by _common.emit
         assert doc["machine"]["python"] and "results" in doc
+    if script == "fault_matrix.py":  # each tiny case ran and was refused naming the bad setting
+        tiny = ["WARMKIT_BACKENDS=tritn", "--backends tritn", "WARMKIT_JOBS=0", "-j 0"]
+        assert [(c["case"], c["ended"]) for c in doc["cases"]] == [(n, "clear error") for n in tiny]
+        assert doc["counts"]["clear error"] == 4 and sum(doc["counts"].values()) == 4
 
 
 @pytest.mark.skipif(shutil.which("valgrind") is None, reason="needs valgrind")

@@ -371,9 +371,13 @@ def test_version_2_writes_one_group_per_kernel_and_one_line_per_entry(tmp_path: 
     # the file is what to_dict() says, and it reads back as the same entries, grouped
     registry = warmkit.WarmupRegistry.load(path)
     assert registry.to_dict() == data
-    assert registry.recorded() == [entries[0], *entries[2:4], entries[1], entries[4]]
+    grouped = [entries[0], *entries[2:4], entries[1], entries[4]]
+    assert registry.recorded() == grouped
     assert warmkit.read_recorded(path) == registry.recorded()
-    assert [e.id for e in registry.recorded()] == [e.id for e in registry.recorded()]
+    # load() sets each id itself (not through the cached property, which == ignores):
+    # each must be the id its entry had when written, in the grouped order.
+    assert [e.id for e in registry.recorded()] == [e.id for e in grouped]
+    assert [e.id for e in warmkit.read_recorded(path)] == [e.id for e in grouped]
 
 
 def _v1(tmp_path: Path, entries: list[RecordedEntry], name: str = "v1.json") -> Path:

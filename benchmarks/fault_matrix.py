@@ -1,6 +1,6 @@
 """The fault matrix: break warmkit on purpose, from the outside, and count how each case ended.
 
-    python tests/fault_matrix.py [--out results.json] [--only SUBSTRING]
+    python benchmarks/fault_matrix.py [--out results.json] [--only SUBSTRING] [--tiny]
 
 Every case runs the real ``warmkit`` CLI (or a short Python script) in a fresh
 process, with real Triton compiles for ``cuda:90`` into a private Triton cache,
@@ -14,7 +14,9 @@ and is classified as one of:
 * ``silent``: exit 0 (or a result) where an error or a different result was due.
 
 ``docs/reliability.md`` gives the counts of the last run; exit status 1 when any
-case is silent, a hang or a raw traceback.
+case is silent, a hang or a raw traceback. ``--tiny`` runs only the few
+configuration cases in ``TINY`` (no compile, no worker, no store): the suite's
+smoke test (``tests/test_benchmarks.py``) runs it so that the script cannot rot.
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ ROOT = Path(__file__).resolve().parents[1]
 TESTS = ROOT / "tests"
 TARGET = "cuda:90"
 KINDS = ("clear error", "accepted", "vague", "raw traceback", "hang", "silent")
+#: the cases ``--tiny`` runs: refused configurations, each a few seconds (one CLI start)
+TINY = ("WARMKIT_BACKENDS=tritn", "--backends tritn", "WARMKIT_JOBS=0", "-j 0")
 
 
 class Env:
@@ -322,12 +326,13 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", help="write the cases and counts as JSON here")
     ap.add_argument("--only", help="run only cases whose name contains this")
+    ap.add_argument("--tiny", action="store_true", help=f"run only the cases {', '.join(TINY)}")
     args = ap.parse_args()
     results: list[dict] = []
     tmp = Path(tempfile.mkdtemp(prefix="warmkit-faults-"))
 
     def case(name: str, fn: Callable[[], tuple[str, str]]) -> None:
-        if args.only and args.only not in name:
+        if (args.only and args.only not in name) or (args.tiny and name not in TINY):
             return
         t0 = time.perf_counter()
         try:
@@ -1050,14 +1055,21 @@ def main() -> int:
         ),
     )
 
+    if args.tiny:  # the groups below set up workers and a redis-server before their cases
+        return _finish(results, args.out)
     _worker_and_config_cases(case, e, m)
     if not args.only or "store" in args.only:  # it starts a redis-server and seeds it
         store_cases(case, tmp)
 
+    return _finish(results, args.out)
+
+
+def _finish(results: list[dict], out: str | None) -> int:
+    """Print the counts, write them with the cases to ``out``; 1 if any case must be fixed."""
     counts = {k: sum(1 for r in results if r["ended"] == k) for k in KINDS}
     print(json.dumps({"cases": len(results), **counts}))
-    if args.out:
-        Path(args.out).write_text(json.dumps({"cases": results, "counts": counts}, indent=2))
+    if out:
+        Path(out).write_text(json.dumps({"cases": results, "counts": counts}, indent=2))
     return 1 if counts["silent"] or counts["hang"] or counts["raw traceback"] else 0
 
 
