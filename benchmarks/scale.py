@@ -193,7 +193,7 @@ def build(n: int, shape: str) -> warmkit.WarmupRegistry:
                 )
             )
     else:  # "replayed": the manifest's `recorded` section, as `warmkit record` writes it
-        from warmkit._plugins import kernel_ref
+        from warmkit._plugin.discovery import kernel_ref
         from warmkit._record import RecordedEntry, encode_key
 
         ref = kernel_ref(ScaleKernel)

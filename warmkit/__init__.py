@@ -10,25 +10,6 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from . import metrics, monitor
-from ._backend import (
-    Backend,
-    BackendStatus,
-    BundleCapable,
-    CacheProbe,
-    CanonicalTargets,
-    Executor,
-    FleetCapable,
-    MonitorHooks,
-    Prepares,
-    PreparesEntries,
-    RecordReplay,
-    ReportsCacheHit,
-    ReportsTuning,
-    SpecializationMap,
-    TunedResults,
-    TuningPlan,
-    current_target,
-)
 from ._config import WarmupConfig
 from ._dsl import FunctionKernel, MethodHooks
 from ._envs import EnvVar
@@ -53,6 +34,25 @@ from ._explain import ExplainsMisses, Explanation, explain
 from ._fleet import Fleet, current_fleet
 from ._identity import PinsIdentity, pinned_identity, pinning
 from ._kernel import JitKernel
+from ._plugin.contract import (
+    Backend,
+    BackendStatus,
+    BundleCapable,
+    CacheProbe,
+    CanonicalTargets,
+    Executor,
+    FleetCapable,
+    MonitorHooks,
+    Prepares,
+    PreparesEntries,
+    RecordReplay,
+    ReportsCacheHit,
+    ReportsTuning,
+    SpecializationMap,
+    TunedResults,
+    TuningPlan,
+    current_target,
+)
 from ._prepare import prepare
 from ._record import (
     RecordedEntry,

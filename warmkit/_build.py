@@ -20,11 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from . import _signing
-from ._backend import TunedResults, entry_check
 from ._bundle import _META, BUNDLE_FORMAT, BUNDLE_VERSION, _bundle_backend
 from ._config import WarmupConfig, deliberate
 from ._exceptions import BundleError
 from ._integrity import iter_entries, sha256_file, verify_entry
+from ._plugin.contract import TunedResults, entry_check
 from ._record import resolve_recorded
 from ._version import __version__
 from ._warmup import warmup

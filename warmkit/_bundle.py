@@ -42,15 +42,15 @@ from typing import Any
 import attrs
 
 from . import _envs, _signing
-from ._backend import (
+from ._exceptions import BundleError
+from ._integrity import identity, verify_entry, write_record
+from ._plugin.contract import (
     BundleCapable,
     CanonicalTargets,
     PreparesEntries,
     entry_check,
     missing_members,
 )
-from ._exceptions import BundleError
-from ._integrity import identity, verify_entry, write_record
 
 __all__ = ["BundleInstall", "inspect_bundle", "install_bundle"]
 
@@ -62,7 +62,7 @@ _META = "bundle.json"
 
 
 def _bundle_backend(name: str, kernel: str | None = None) -> Any:
-    from ._plugins import get_backend
+    from ._plugin.discovery import get_backend
 
     backend = get_backend(name, kernel=kernel)
     missing = missing_members(backend, BundleCapable)
@@ -314,7 +314,7 @@ def _prepare(name: str, backend: Any, dest: Path, expected: dict[str, Any]) -> s
     The entries are published and sound either way: what preparing builds,
     the runtime builds at its first load instead, so the install stands.
     """
-    from ._plugins import call_hook
+    from ._plugin.discovery import call_hook
 
     entries = sorted({PurePosixPath(r).parts[0] for r in expected})
     try:

@@ -29,9 +29,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ._backend import FleetCapable
 from ._fleet import Fleet
 from ._integrity import iter_entries
+from ._plugin.contract import FleetCapable
 
 __all__ = [
     "cache_info",
@@ -193,9 +193,9 @@ def manifest_entries(
             kernel does not import, it is autotuned ...): keeping the manifest's
             entries could not be promised, so nothing is pruned.
     """
-    from ._backend import target_scope
     from ._config import WarmupConfig
     from ._identity import pins_scope
+    from ._plugin.contract import target_scope
     from ._record import resolve_recorded
     from ._registry import WarmupRegistry
 

@@ -49,7 +49,7 @@ logger = logging.getLogger(__name__)
 
 
 def _versions() -> str:
-    from ._plugins import BACKENDS_GROUP, KERNELS_GROUP, discover
+    from ._plugin.discovery import BACKENDS_GROUP, KERNELS_GROUP, discover
 
     lines = [f"warmkit {__version__}"]
     for group in (BACKENDS_GROUP, KERNELS_GROUP):
@@ -59,7 +59,7 @@ def _versions() -> str:
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
-    from ._plugins import BACKENDS_GROUP, KERNELS_GROUP, discover, get_backend
+    from ._plugin.discovery import BACKENDS_GROUP, KERNELS_GROUP, discover, get_backend
 
     backends = []
     for info in discover(BACKENDS_GROUP):
@@ -129,7 +129,7 @@ def _kernel_problem(name: str) -> dict[str, str]:
     installs and lists fine but plans nothing; ``list --check`` says so up
     front. Opt-in: loading a kernel imports its module (torch, for some).
     """
-    from ._plugins import load_kernel
+    from ._plugin.discovery import load_kernel
 
     try:
         load_kernel(name)
@@ -189,7 +189,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 def _plan_modules(registry: Any) -> list[Any]:
     """The modules a loaded manifest imported, with their distributions (``_manifest_modules``)."""
     from ._manifest_modules import manifest_modules
-    from ._plugins import kernel_ref
+    from ._plugin.discovery import kernel_ref
 
     classes = {r.kernel_cls for r in registry}
     refs = [kernel_ref(c) for c in classes] + [e.kernel for e in registry.recorded() if e.kernel]
@@ -198,8 +198,8 @@ def _plan_modules(registry: Any) -> list[Any]:
 
 def _tuning_notes(registry: Any, target: str | None) -> dict[tuple[str, str], str]:
     """(kernel, repr(key)) -> what its backend says about tuning (autotuned keys only)."""
-    from ._backend import TuningPlan
-    from ._plugins import call_hook, get_backend
+    from ._plugin.contract import TuningPlan
+    from ._plugin.discovery import call_hook, get_backend
 
     out: dict[tuple[str, str], str] = {}
     for name, (kernel, keys) in registry.resolve().items():
@@ -377,8 +377,8 @@ def _cache_dirs(items: Sequence[str], known: Sequence[str] | None = None) -> dic
 
 def _cache_backends(args: argparse.Namespace) -> Iterator[tuple[str, Any, str]]:
     """``(name, backend, cache directory)`` of every usable backend with a persistent cache."""
-    from ._backend import BundleCapable, CacheProbe
-    from ._plugins import BACKENDS_GROUP, discover, get_backend
+    from ._plugin.contract import BundleCapable, CacheProbe
+    from ._plugin.discovery import BACKENDS_GROUP, discover, get_backend
 
     names = [info.name for info in discover(BACKENDS_GROUP)]
     dirs = _cache_dirs(getattr(args, "cache_dir", []), names)
@@ -394,9 +394,9 @@ def _cache_backends(args: argparse.Namespace) -> Iterator[tuple[str, Any, str]]:
 def _cmd_cache(args: argparse.Namespace) -> int:
     if args.cache_command != "verify":
         return _cmd_cache_upkeep(args)
-    from ._backend import entry_check
     from ._fleet import provenance_check
     from ._integrity import iter_entries, verify_cache
+    from ._plugin.contract import entry_check
 
     result: dict[str, Any] = {}
     for name, backend, root in _cache_backends(args):
@@ -556,7 +556,7 @@ def _cmd_coverage(args: argparse.Namespace) -> int:
 
 def _cmd_cache_upkeep(args: argparse.Namespace) -> int:
     from . import _cache
-    from ._backend import FleetCapable
+    from ._plugin.contract import FleetCapable
 
     cmd = args.cache_command
     if cmd == "clear-store":

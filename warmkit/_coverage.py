@@ -26,7 +26,7 @@ from typing import Any
 
 import attrs
 
-from ._backend import SpecializationMap
+from ._plugin.contract import SpecializationMap
 from ._record import RecordedEntry, encode_key
 
 __all__ = ["CoverageReport", "coverage"]
@@ -209,7 +209,7 @@ def coverage(
         Whatever planning the declared registrations raises (a registration
         that no longer plans is an error, not "uncovered").
     """
-    from ._plugins import call_hook, get_backend, kernel_ref
+    from ._plugin.discovery import call_hook, get_backend, kernel_ref
     from ._warmup import check_target
 
     entries = list(run)

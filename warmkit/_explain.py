@@ -33,7 +33,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
-from ._backend import BundleCapable, FleetCapable, _Capability, target_scope
+from ._plugin.contract import BundleCapable, FleetCapable, _Capability, target_scope
 
 __all__ = ["ExplainsMisses", "Explanation", "explain", "miss_reason", "nearest_difference"]
 
@@ -346,7 +346,7 @@ def explain(
     """
     from ._config import WarmupConfig
     from ._identity import pins_scope
-    from ._plugins import get_backend
+    from ._plugin.discovery import get_backend
 
     registry, target = _registry_and_target(manifest, bundle, target)
     out: list[Explanation] = []

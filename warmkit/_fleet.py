@@ -50,7 +50,6 @@ from pathlib import Path
 from typing import Any
 
 from . import _envs
-from ._backend import FleetCapable, reports_cache_hit
 from ._exceptions import (
     BundleError,
     CacheMissError,
@@ -59,6 +58,7 @@ from ._exceptions import (
     WarmkitError,
 )
 from ._explain import miss_reason
+from ._plugin.contract import FleetCapable, reports_cache_hit
 from ._store import (
     SIGNATURE,
     Lease,

@@ -26,9 +26,9 @@ from collections.abc import Callable, Collection, Hashable, Iterable, Mapping
 from typing import Any, ClassVar, Generic, TypeVar
 
 from . import _envs, _memo, monitor
-from ._backend import ReportsTuning, current_target
 from ._exceptions import KernelDefinitionError
-from ._plugins import get_backend
+from ._plugin.contract import ReportsTuning, current_target
+from ._plugin.discovery import get_backend
 from ._record import active_recorder, key_entry
 from ._registry import active_registry, check_registration, warn_unregistered
 from ._space import DispatchInfo, expand
@@ -500,7 +500,7 @@ def _analyse_dispatch(cls: type) -> DispatchInfo:
 def _miss_reason(kernel: JitKernel[Any], key: Any) -> str | None:
     """The monitor's one-line reason for a runtime miss (``_explain.miss_reason``), or None."""
     from ._explain import miss_reason
-    from ._plugins import get_backend
+    from ._plugin.discovery import get_backend
 
     backend_name = type(kernel).backend
     if backend_name is None:

@@ -33,8 +33,8 @@ import threading
 from typing import Any
 
 from . import _envs
-from ._backend import Prepares
 from ._compat import ast_parse_serialized
+from ._plugin.contract import Prepares
 
 __all__ = ["join", "prepare"]
 
@@ -109,7 +109,7 @@ def _setup(target: str | None, backends: tuple[str, ...] | None) -> None:
 
 
 def _set_up_backends(target: str | None, backends: tuple[str, ...] | None) -> None:
-    from ._plugins import BACKENDS_GROUP, call_hook, discover, get_backend
+    from ._plugin.discovery import BACKENDS_GROUP, call_hook, discover, get_backend
 
     try:
         names = backends if backends is not None else [i.name for i in discover(BACKENDS_GROUP)]

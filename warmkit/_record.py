@@ -649,7 +649,7 @@ def active_recorder() -> Recorder | None:
 
 def key_entry(cls: type, key: Any, target: str | None = None) -> RecordedEntry:
     """The recorded entry for a wrapped kernel's key that warmup did not cover."""
-    from ._plugins import kernel_ref
+    from ._plugin.discovery import kernel_ref
 
     reason = None
     ref = kernel_ref(cls)
@@ -707,10 +707,10 @@ def resolve_recorded(entries: Iterable[RecordedEntry]) -> list[RecordedItem]:
     (``Backend.recorded_kernel(entry)``), which defers importing the function
     to the compile, so a stale entry fails as that entry's key.
     """
-    from ._backend import RecordReplay
     from ._exceptions import BackendNotImplementedError
     from ._manifest_modules import check_kernel_ref
-    from ._plugins import get_backend, load_kernel
+    from ._plugin.contract import RecordReplay
+    from ._plugin.discovery import get_backend, load_kernel
 
     items = []
     # One lookup and one instance per kernel, not per entry: resolving a ref scans every

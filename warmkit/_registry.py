@@ -263,7 +263,7 @@ class WarmupRegistry:
         return out
 
     def _declared_dict(self) -> dict[str, Any]:
-        from ._plugins import kernel_ref
+        from ._plugin.discovery import kernel_ref
 
         refs: dict[type, str] = {}
         regs: list[dict[str, Any]] = []
@@ -321,7 +321,7 @@ class WarmupRegistry:
             OSError: the file cannot be written; the message names the path, and
                 no temporary file is left behind.
         """
-        from ._plugins import one_scan
+        from ._plugin.discovery import one_scan
 
         path = Path(path)
         with one_scan():  # each kernel's ref is found and imported back: one scan for them all
@@ -339,7 +339,7 @@ class WarmupRegistry:
 
     def _check_replayable(self, path: Path) -> None:
         """Refuse, now, what a replay in another process would get wrong or fail on."""
-        from ._plugins import kernel_ref, load_kernel
+        from ._plugin.discovery import kernel_ref, load_kernel
 
         checked: set[type] = set()
         for reg in self:
@@ -387,7 +387,7 @@ class WarmupRegistry:
         # keep: data was just read from a file, so recorded entries may keep their parsed specs;
         # entries: its recorded section, already read and checked (read_manifest)
         from ._manifest_modules import check_kernel_ref
-        from ._plugins import load_kernel
+        from ._plugin.discovery import load_kernel
 
         if not isinstance(data, dict) or data.get("format") != MANIFEST_FORMAT:
             raise ManifestError(
@@ -495,7 +495,7 @@ class WarmupRegistry:
         Raises:
             ManifestError: unreadable, malformed, or naming an unresolvable kernel.
         """
-        from ._plugins import one_scan
+        from ._plugin.discovery import one_scan
 
         with _gc_paused(), one_scan():
             data, entries = read_manifest(path)

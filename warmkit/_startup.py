@@ -130,7 +130,7 @@ def main(hook_file: str | None = None) -> None:
                 report.monitor,
             )
         elif record is not None:
-            from ._plugins import load_every_backend
+            from ._plugin.discovery import load_every_backend
 
             mode = _envs.get("WARMKIT_MONITOR")
             start_recording(record)
@@ -171,7 +171,7 @@ def nothing_recorded_hint(exit_code: int) -> str | None:
     host without one Triton's launch fails with "0 active drivers"), so the
     command most likely failed for that reason. None when a backend sees a device.
     """
-    from ._plugins import discover, get_backend
+    from ._plugin.discovery import discover, get_backend
 
     for info in discover("warmkit.backends"):
         try:

@@ -16,10 +16,10 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from . import _identity, _memo, metrics, monitor
-from ._backend import CanonicalTargets, reported_tuning
 from ._compat import ast_parse_serialized, known_frozen, process_froze_objects
 from ._config import WarmupConfig, warn_unapplied
 from ._exceptions import BackendUnavailableError, WarmupError
+from ._plugin.contract import CanonicalTargets, reported_tuning
 from ._prepare import join as join_setup
 from ._record import resolve_recorded, start_recording
 from ._registry import _gc_paused
@@ -55,7 +55,7 @@ def warmup(config: WarmupConfig | None = None, registry: Any = None) -> WarmupRe
             keys: the ``WarmupError`` then chains the ``BackendUnavailableError``,
             whose message names the kernel, the backend and the install hint.
     """
-    from ._plugins import one_scan
+    from ._plugin.discovery import one_scan
 
     # one entry-point scan for all plugins; the frontends' parses safe in the compile threads
     with one_scan(), _kept_out_of_gc() as keep, ast_parse_serialized():
@@ -119,7 +119,7 @@ def _warmup(
     if registry is None:
         registry = active_registry() or default_registry()
     _check_backend_names(config.backends)
-    from ._plugins import _allowed
+    from ._plugin.discovery import _allowed
 
     _allowed()  # an unknown name in WARMKIT_PLUGINS is a usage error, not a failed key
 
@@ -480,7 +480,7 @@ class _Run:
         backend = None
         workers = self.jobs
         if backend_name is not None:
-            from ._plugins import call_hook
+            from ._plugin.discovery import call_hook
 
             try:
                 backend, target = _prepare_backend(backend_name, items, target)
@@ -631,12 +631,12 @@ class _Run:
 def _prepare_backend(
     name: str, items: list[tuple[Any, Any]], target: str | None
 ) -> tuple[Any, str | None]:
-    from ._plugins import get_backend
+    from ._plugin.discovery import get_backend
 
     kernel_name = type(items[0][0]).name
     backend = get_backend(name, kernel=kernel_name)
     status = _plugin_call(name, "available", backend.available)
-    from ._backend import BackendStatus
+    from ._plugin.contract import BackendStatus
 
     if not isinstance(status, BackendStatus):
         raise TypeError(
@@ -661,7 +661,7 @@ def _prepare_backend(
 
 def _plugin_call(name: str | None, hook: str, method: Callable[..., Any], *args: Any) -> Any:
     """``method(*args)``, a backend's ``hook``; its own error is a ``PluginError`` naming both."""
-    from ._plugins import call_hook
+    from ._plugin.discovery import call_hook
 
     return call_hook(name, hook, method, *args)
 
@@ -678,7 +678,7 @@ def check_target(target: str | None, backends: Sequence[str]) -> None:
     """
     if target is None:
         return
-    from ._plugins import get_backend
+    from ._plugin.discovery import get_backend
 
     for name in backends:
         try:
@@ -698,7 +698,7 @@ def _check_backend_names(names: tuple[str, ...] | None) -> None:
     """An allow-list naming no installed backend is a typo that would skip keys silently."""
     if not names:
         return
-    from ._plugins import BACKENDS_GROUP, discover
+    from ._plugin.discovery import BACKENDS_GROUP, discover
 
     known = [i.name for i in discover(BACKENDS_GROUP, honour_allow_list=False)]
     unknown = [n for n in names if n not in known]

@@ -10,33 +10,67 @@ import warmkit
 PACKAGE = Path(warmkit.__file__).parent
 
 
-def import_graph() -> dict[str, set[str]]:
-    """module -> the warmkit modules it imports, at module level or inside functions alike.
+def core_modules() -> dict[str, Path]:
+    """Every module of the core by its dotted name under ``warmkit``.
 
-    ``from . import name`` where ``name`` is not a module is an import of the
-    package (``__init__``), which imports every module: a cycle.
+    ``warmkit/__init__.py`` is ``__init__``; a sub-package's ``__init__.py`` is
+    the package's name (``_plugin``), a module in it ``_plugin.contract``.
     """
-    modules = {p.stem for p in PACKAGE.glob("*.py")}
-    graph: dict[str, set[str]] = {}
-    for name in sorted(modules):
-        edges: set[str] = set()
-        for node in ast.walk(ast.parse((PACKAGE / f"{name}.py").read_text())):
-            if isinstance(node, ast.ImportFrom) and node.level == 1:
-                if node.module:
-                    edges.add(node.module.split(".")[0])
-                else:
-                    edges.update(a.name if a.name in modules else "__init__" for a in node.names)
-            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                parts = node.module.split(".")
+    modules: dict[str, Path] = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(PACKAGE).with_suffix("").parts
+        if parts[-1] == "__init__" and len(parts) > 1:
+            parts = parts[:-1]
+        modules[".".join(parts)] = path
+    return modules
+
+
+def _package_of(name: str, path: Path) -> list[str]:
+    """The package a relative import of module ``name`` starts from (``[]`` is ``warmkit``)."""
+    parts = [] if name == "__init__" else name.split(".")
+    return parts if path.name == "__init__.py" else parts[:-1]
+
+
+def imports_of(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
+    """The core modules ``name`` imports, at module level or inside functions alike.
+
+    ``from pkg import x`` is an import of the module ``pkg.x`` when there is one,
+    else of ``pkg`` itself; ``pkg`` = ``warmkit`` is ``__init__``, which imports
+    every module: a cycle.
+    """
+
+    def target(parts: list[str]) -> str:
+        return ".".join(parts) or "__init__"
+
+    edges: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = _package_of(name, path)
+                base = base[: len(base) - (node.level - 1)]
+            elif (node.module or "").split(".")[0] == "warmkit":
+                base = []
+            else:
+                continue
+            module = (node.module or "").split(".")
+            if node.level == 0:
+                module = module[1:]
+            base = base + [m for m in module if m]
+            for alias in node.names:
+                sub = target([*base, alias.name])
+                edges.add(sub if sub in modules else target(base))
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                parts = alias.name.split(".")
                 if parts[0] == "warmkit":
-                    edges.add(parts[1] if len(parts) > 1 else "__init__")
-            elif isinstance(node, ast.Import):
-                for alias in node.names:
-                    parts = alias.name.split(".")
-                    if parts[0] == "warmkit":
-                        edges.add(parts[1] if len(parts) > 1 else "__init__")
-        graph[name] = edges & modules - {name}
-    return graph
+                    edges.add(target(parts[1:]))
+    return edges & modules.keys() - {name}
+
+
+def import_graph() -> dict[str, set[str]]:
+    """module -> the core modules it imports."""
+    modules = core_modules()
+    return {name: imports_of(name, path, modules) for name, path in sorted(modules.items())}
 
 
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -72,6 +106,8 @@ def test_the_graph_reader_sees_a_cycle_and_lazy_imports():
     assert "_coldpool" in graph["_warmup"]  # backend_group imports it inside the function
     assert "_workers" in graph["_coldpool"]  # and it, _workers inside a method
     assert "__init__" not in graph["_cli"]  # __version__ comes from _version
+    assert "_plugin.discovery" in graph["monitor"]  # from ._plugin.discovery import ...
+    assert "_plugin.contract" in graph["_plugin.discovery"]  # from .contract import ...
 
 
 def test_no_module_imports_the_package_back():

@@ -87,7 +87,7 @@ def test_record_refuses_triton_interpret_naming_it(tmp_path: Path) -> None:
 
 
 def test_a_failed_recording_on_a_host_without_a_gpu_says_why(tmp_path: Path) -> None:
-    from warmkit._plugins import discover, get_backend
+    from warmkit._plugin.discovery import discover, get_backend
 
     for info in discover("warmkit.backends"):
         try:

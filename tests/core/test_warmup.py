@@ -24,9 +24,9 @@ from warmkit import (
     monitor,
 )
 from warmkit import _compat as compat_module
-from warmkit import _plugins as plugins
 from warmkit import _warmup as warmup_module
 from warmkit._compat import process_froze_objects
+from warmkit._plugin import discovery as plugins
 from warmkit.testing import backend_override
 
 from . import _kernels
@@ -246,7 +246,7 @@ def test_unavailable_backend_error_names_kernel_backend_and_install_hint(fake_ba
 
 def test_a_present_stub_backend_fails_its_keys_saying_it_is_a_stub():
     # No device and no target: the core leaves it to the backend, so a stub says it is one.
-    from warmkit._backend import TileLangStubBackend
+    from warmkit._plugin.contract import TileLangStubBackend
 
     class TileKernel(warmkit.JitKernel):
         backend = "tilelang"

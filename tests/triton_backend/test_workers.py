@@ -111,7 +111,7 @@ def test_no_workers_inside_a_cache_scope(tmp_path):
 
 
 def test_prepare_workers_runs_the_backends_setup_in_each_started_worker():
-    from warmkit._plugins import get_backend
+    from warmkit._plugin.discovery import get_backend
 
     size = _workers.start_workers(2)
     futures = _workers.prepare_workers("triton", get_backend("triton"), TARGET)
@@ -129,7 +129,7 @@ def test_prime_worker_compiles_for_the_target_into_a_throwaway_cache(triton_cach
     from triton import knobs
     from warmkit_triton import _triton_api as api
 
-    from warmkit._plugins import get_backend
+    from warmkit._plugin.discovery import get_backend
 
     backend = get_backend("triton")
     assert isinstance(backend, warmkit.PrimesWorkers)

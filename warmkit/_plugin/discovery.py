@@ -33,15 +33,15 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from . import _envs
-from ._backend import Backend, missing_members
-from ._exceptions import (
+from .. import _envs
+from .._exceptions import (
     BackendUnavailableError,
     PluginError,
     PluginFailure,
     PluginLoadError,
     WarmkitError,
 )
+from .contract import Backend, missing_members
 
 if TYPE_CHECKING:
     from importlib.metadata import EntryPoint
@@ -72,7 +72,7 @@ INSTALL_HINTS = {
 
 #: The core's stub backends (``pyproject.toml``), which a plugin of the same name replaces.
 _CORE_STUBS = frozenset(
-    {"warmkit._backend:TileLangStubBackend", "warmkit._backend:CuteDSLStubBackend"}
+    {"warmkit._plugin.contract:TileLangStubBackend", "warmkit._plugin.contract:CuteDSLStubBackend"}
 )
 
 _lock = threading.RLock()

@@ -24,7 +24,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
-from ._exceptions import BackendNotImplementedError
+from .._exceptions import BackendNotImplementedError
 
 __all__ = [
     "Backend",
