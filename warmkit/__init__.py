@@ -32,7 +32,6 @@ from ._exceptions import (
 )
 from ._explain import ExplainsMisses, Explanation, explain
 from ._fleet import Fleet, current_fleet
-from ._identity import PinsIdentity, pinned_identity, pinning
 from ._kernel import JitKernel
 from ._plugin.contract import (
     Backend,
@@ -54,7 +53,8 @@ from ._plugin.contract import (
     current_target,
 )
 from ._prepare import prepare
-from ._record import (
+from ._registry.identity import PinsIdentity, pinned_identity, pinning
+from ._registry.recorded import (
     RecordedEntry,
     Recorder,
     active_recorder,
@@ -62,15 +62,15 @@ from ._record import (
     start_recording,
     stop_recording,
 )
-from ._registry import (
+from ._registry.registry import (
     Registration,
     WarmupRegistry,
     activate,
     active_registry,
     default_registry,
 )
+from ._registry.space import Choices, DispatchInfo, IntRange, ZipGroup, zip_inputs
 from ._report import ReportEntry, WarmupReport
-from ._space import Choices, DispatchInfo, IntRange, ZipGroup, zip_inputs
 from ._version import __version__
 from ._warmup import warmup
 from ._workers import PrimesWorkers, ProcessCompiles

@@ -25,7 +25,7 @@ from ._config import WarmupConfig, deliberate
 from ._exceptions import BundleError
 from ._integrity import iter_entries, sha256_file, verify_entry
 from ._plugin.contract import TunedResults, entry_check
-from ._record import resolve_recorded
+from ._registry.recorded import resolve_recorded
 from ._version import __version__
 from ._warmup import warmup
 

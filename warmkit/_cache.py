@@ -194,10 +194,10 @@ def manifest_entries(
             entries could not be promised, so nothing is pruned.
     """
     from ._config import WarmupConfig
-    from ._identity import pins_scope
     from ._plugin.contract import target_scope
-    from ._record import resolve_recorded
-    from ._registry import WarmupRegistry
+    from ._registry.identity import pins_scope
+    from ._registry.recorded import resolve_recorded
+    from ._registry.registry import WarmupRegistry
 
     if not isinstance(backend, FleetCapable):
         return {}

@@ -139,8 +139,8 @@ def _kernel_problem(name: str) -> dict[str, str]:
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
-    from ._record import resolve_recorded
-    from ._registry import WarmupRegistry
+    from ._registry.recorded import resolve_recorded
+    from ._registry.registry import WarmupRegistry
 
     registry = WarmupRegistry.load(args.manifest)
     target = args.target or _envs_target()
@@ -188,8 +188,8 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
 def _plan_modules(registry: Any) -> list[Any]:
     """The modules a loaded manifest imported, with their distributions (``_manifest_modules``)."""
-    from ._manifest_modules import manifest_modules
     from ._plugin.discovery import kernel_ref
+    from ._registry.manifest.modules import manifest_modules
 
     classes = {r.kernel_cls for r in registry}
     refs = [kernel_ref(c) for c in classes] + [e.kernel for e in registry.recorded() if e.kernel]
@@ -222,7 +222,7 @@ def _tuning_notes(registry: Any, target: str | None) -> dict[tuple[str, str], st
 
 def _cmd_warmup(args: argparse.Namespace) -> int:
     from ._config import WarmupConfig
-    from ._registry import WarmupRegistry
+    from ._registry.registry import WarmupRegistry
     from ._warmup import warmup
 
     registry = WarmupRegistry.load(args.manifest)
@@ -265,7 +265,7 @@ def _cmd_warmup(args: argparse.Namespace) -> int:
 def _cmd_bundle(args: argparse.Namespace) -> int:
     from ._build import build_bundle
     from ._bundle import inspect_bundle, install_bundle
-    from ._registry import WarmupRegistry
+    from ._registry.registry import WarmupRegistry
 
     if args.bundle_command == "build":
         registry = WarmupRegistry.load(args.manifest)
@@ -452,7 +452,7 @@ def _run_child(cmd: list[str], env: dict[str, str]) -> int:
 def _cmd_record(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from ._record import Recorder, expand_path, read_recorded
+    from ._registry.recorded import Recorder, expand_path, read_recorded
     from ._startup import nothing_recorded_hint, record_refusal
 
     cmd = _command(args)
@@ -544,9 +544,9 @@ def _cmd_explain(args: argparse.Namespace, bundle: str | None = None) -> int:
 
 
 def _cmd_coverage(args: argparse.Namespace) -> int:
-    from ._coverage import coverage
-    from ._record import read_recorded
-    from ._registry import WarmupRegistry
+    from ._registry.coverage import coverage
+    from ._registry.recorded import read_recorded
+    from ._registry.registry import WarmupRegistry
 
     registry = WarmupRegistry.load(args.manifest)
     report = coverage(registry, read_recorded(args.recorded), target=args.target)

@@ -236,7 +236,7 @@ ENVIRONMENT: dict[str, EnvVar] = {
     "WARMKIT_RECORD": EnvVar(
         None, _opt_str, "WarmupConfig.record: manifest path for runtime compiles ({rank} allowed)."
     ),
-    # Which modules a manifest may import (warmkit._manifest_modules): installed or any.
+    # Which modules a manifest may import (warmkit._registry.manifest.modules): installed or any.
     "WARMKIT_MANIFEST_MODULES": EnvVar.choice(
         "installed",
         ("installed", "any"),

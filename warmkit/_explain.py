@@ -178,7 +178,7 @@ def _cache_entries(root: Path) -> _Entries:
 
 def _items(registry: Any) -> Iterator[tuple[str | None, Any, Any, str | None]]:
     """``(backend, kernel, key, error)`` of every key of ``registry``, declared then recorded."""
-    from ._record import resolve_recorded
+    from ._registry.recorded import resolve_recorded
 
     for inst, keys in registry.resolve().values():
         for k in keys:
@@ -345,8 +345,8 @@ def explain(
         ManifestError: an unreadable manifest.
     """
     from ._config import WarmupConfig
-    from ._identity import pins_scope
     from ._plugin.discovery import get_backend
+    from ._registry.identity import pins_scope
 
     registry, target = _registry_and_target(manifest, bundle, target)
     out: list[Explanation] = []
@@ -379,7 +379,7 @@ def explain(
 
 
 def _registry_and_target(manifest: Any, bundle: Any, target: str | None) -> tuple[Any, str | None]:
-    from ._registry import WarmupRegistry
+    from ._registry.registry import WarmupRegistry
 
     if bundle is not None and (manifest is None or target is None):
         from ._bundle import _open

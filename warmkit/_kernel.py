@@ -29,9 +29,9 @@ from . import _envs, _memo, monitor
 from ._exceptions import KernelDefinitionError
 from ._plugin.contract import ReportsTuning, current_target
 from ._plugin.discovery import get_backend
-from ._record import active_recorder, key_entry
-from ._registry import active_registry, check_registration, warn_unregistered
-from ._space import DispatchInfo, expand
+from ._registry.recorded import active_recorder, key_entry
+from ._registry.registry import active_registry, check_registration, warn_unregistered
+from ._registry.space import DispatchInfo, expand
 
 __all__ = ["JitKernel"]
 

@@ -89,7 +89,7 @@ def main(hook_file: str | None = None) -> None:
     (after printing the report), before any of the command's code runs.
     """
     from . import monitor
-    from ._record import start_recording
+    from ._registry.recorded import start_recording
 
     _configure_logging()
     manifest = _envs.get("WARMKIT_MANIFEST")
@@ -98,7 +98,7 @@ def main(hook_file: str | None = None) -> None:
         if manifest is not None:
             from ._config import WarmupConfig
             from ._exceptions import WarmkitError
-            from ._registry import WarmupRegistry
+            from ._registry.registry import WarmupRegistry
             from ._warmup import warmup
 
             try:

@@ -15,14 +15,15 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
-from . import _identity, _memo, metrics, monitor
+from . import _memo, metrics, monitor
 from ._compat import ast_parse_serialized, known_frozen, process_froze_objects
 from ._config import WarmupConfig, warn_unapplied
 from ._exceptions import BackendUnavailableError, WarmupError
 from ._plugin.contract import CanonicalTargets, reported_tuning
 from ._prepare import join as join_setup
-from ._record import resolve_recorded, start_recording
-from ._registry import _gc_paused
+from ._registry import identity as _identity
+from ._registry.recorded import resolve_recorded, start_recording
+from ._registry.registry import _gc_paused
 from ._report import IN_REPORT, ReportEntry, WarmupReport, failure_lines, progress_bar
 from ._runner import ABANDONED, CANCELLED, NOT_ATTEMPTED, run
 from ._workers import interrupted
@@ -109,7 +110,7 @@ def _kept_out_of_gc() -> Iterator[Callable[[bool], None]]:
 def _warmup(
     config: WarmupConfig | None, registry: Any, keep: Callable[[bool], None]
 ) -> WarmupReport:
-    from ._registry import active_registry, default_registry
+    from ._registry.registry import active_registry, default_registry
 
     # an explicit config that ignores set WARMKIT_* variables: one WARNING naming them
     config = WarmupConfig.from_env() if config is None else warn_unapplied(config)

@@ -1017,7 +1017,7 @@ def test_a_compile_scope_that_raises_on_entry_is_a_plugin_error(fake_backend, mo
 
 
 def test_an_error_from_specializations_in_coverage_is_a_plugin_error(fake_backend, monkeypatch):
-    from warmkit._coverage import coverage
+    from warmkit._registry.coverage import coverage
 
     def specializations(self, kernel, keys, target):
         raise AttributeError("no specializer")

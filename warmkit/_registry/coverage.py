@@ -26,8 +26,8 @@ from typing import Any
 
 import attrs
 
-from ._plugin.contract import SpecializationMap
-from ._record import RecordedEntry, encode_key
+from .._plugin.contract import SpecializationMap
+from .recorded import RecordedEntry, encode_key
 
 __all__ = ["CoverageReport", "coverage"]
 
@@ -209,8 +209,8 @@ def coverage(
         Whatever planning the declared registrations raises (a registration
         that no longer plans is an error, not "uncovered").
     """
-    from ._plugin.discovery import call_hook, get_backend, kernel_ref
-    from ._warmup import check_target
+    from .._plugin.discovery import call_hook, get_backend, kernel_ref
+    from .._warmup import check_target
 
     entries = list(run)
     resolved = registry.resolve()

@@ -37,7 +37,8 @@ from typing import Any, NamedTuple
 
 import attrs
 
-from ._codec import (
+from .._exceptions import ManifestError
+from .manifest.codec import (
     _canonical,
     _canonical_cached,
     _decode_canonical,
@@ -47,8 +48,7 @@ from ._codec import (
     encode_key,
     encode_value,
 )
-from ._exceptions import ManifestError
-from ._manifest import (
+from .manifest.text import (
     GROUP_FIELDS,
     manifest_text,
     parse_manifest_text,
@@ -489,7 +489,7 @@ def read_recorded(path: str | os.PathLike[str]) -> list[RecordedEntry]:
 
 def expand_path(path: str | os.PathLike[str], rank: int | None = None) -> Path:
     """``path`` with ``{rank}`` replaced by this process's rank (``WARMKIT_RANK``, else ``RANK``)."""
-    from . import _envs
+    from .. import _envs
 
     text = os.fspath(path)
     if "{rank}" in text:
@@ -577,7 +577,7 @@ class Recorder:
     def _merge(self, entries: list[RecordedEntry]) -> None:
         from filelock import FileLock
 
-        from ._version import __version__
+        from .._version import __version__
 
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with FileLock(str(self.path) + ".lock"):
@@ -649,7 +649,7 @@ def active_recorder() -> Recorder | None:
 
 def key_entry(cls: type, key: Any, target: str | None = None) -> RecordedEntry:
     """The recorded entry for a wrapped kernel's key that warmup did not cover."""
-    from ._plugin.discovery import kernel_ref
+    from .._plugin.discovery import kernel_ref
 
     reason = None
     ref = kernel_ref(cls)
@@ -665,7 +665,7 @@ def key_entry(cls: type, key: Any, target: str | None = None) -> RecordedEntry:
         )
     spec: dict[str, Any] = {"key": fields}
     if reason is None:
-        from ._identity import kernel_pins
+        from .identity import kernel_pins
 
         pins = kernel_pins(cls)
         if pins is not None:  # the recording host's globals: an AOT build reproduces them
@@ -707,10 +707,10 @@ def resolve_recorded(entries: Iterable[RecordedEntry]) -> list[RecordedItem]:
     (``Backend.recorded_kernel(entry)``), which defers importing the function
     to the compile, so a stale entry fails as that entry's key.
     """
-    from ._exceptions import BackendNotImplementedError
-    from ._manifest_modules import check_kernel_ref
-    from ._plugin.contract import RecordReplay
-    from ._plugin.discovery import get_backend, load_kernel
+    from .._exceptions import BackendNotImplementedError
+    from .._plugin.contract import RecordReplay
+    from .._plugin.discovery import get_backend, load_kernel
+    from .manifest.modules import check_kernel_ref
 
     items = []
     # One lookup and one instance per kernel, not per entry: resolving a ref scans every

@@ -21,7 +21,7 @@ from collections.abc import Iterator, Mapping
 from contextvars import ContextVar
 from typing import Any, Protocol, runtime_checkable
 
-from ._plugin.contract import _Capability
+from .._plugin.contract import _Capability
 
 __all__ = [
     "PinsIdentity",
@@ -104,7 +104,7 @@ def kernel_pins(cls: type) -> Mapping[str, Any] | None:
 
     Never raises: a recording keeps the key without pins (built as before).
     """
-    from ._plugin.discovery import get_backend
+    from .._plugin.discovery import get_backend
 
     try:
         backend = get_backend(cls.backend, kernel=cls.name)  # type: ignore[attr-defined]
@@ -123,7 +123,7 @@ def manifest_pins(registry: Any) -> dict[str, Any]:
     one whose identity cannot be taken (the backend raised) neither, with a
     warning naming it: its keys then build with the build host's values.
     """
-    from ._plugin.discovery import get_backend
+    from .._plugin.discovery import get_backend
 
     out: dict[str, Any] = {}
     seen: set[type] = set()

@@ -13,7 +13,7 @@ import functools
 import logging
 from typing import Any
 
-from ._exceptions import ManifestError
+from ..._exceptions import ManifestError
 
 logger = logging.getLogger(__name__)
 
@@ -215,7 +215,7 @@ MANIFEST_SCHEMA: dict[str, Any] = {
         },
         "pins": {
             "description": "each kernel's pinned identity: {kernel name: {backend, ...}} "
-            "(warmkit._identity)",
+            "(warmkit._registry.identity)",
             "type": "object",
             "additionalProperties": {
                 "type": "object",
@@ -225,7 +225,7 @@ MANIFEST_SCHEMA: dict[str, Any] = {
         },
         "recorded": {
             "description": "runtime JIT events recorded by warmkit record, grouped (each "
-            "entry's id is checked by warmkit._record.parse_recorded)",
+            "entry's id is checked by warmkit._registry.recorded.parse_recorded)",
             "type": "array",
             "items": _RECORDED_GROUP,
         },
@@ -241,7 +241,7 @@ MANIFEST_SCHEMA: dict[str, Any] = {
 }
 
 # Version 1 (still read): the same, but a flat ``recorded`` list of entries, each checked
-# by warmkit._record.RecordedEntry.from_dict.
+# by warmkit._registry.recorded.RecordedEntry.from_dict.
 _V1_SCHEMA: dict[str, Any] = {
     **MANIFEST_SCHEMA,
     "properties": {
@@ -250,7 +250,7 @@ _V1_SCHEMA: dict[str, Any] = {
         "registrations": {"type": "array", "items": {"$ref": "#/$defs/registration"}},
         "recorded": {
             "description": "runtime JIT events recorded by warmkit record (checked entry by "
-            "entry by warmkit._record.RecordedEntry.from_dict)",
+            "entry by warmkit._registry.recorded.RecordedEntry.from_dict)",
             "type": "array",
             "items": {"type": "object"},
         },

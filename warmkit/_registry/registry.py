@@ -25,12 +25,13 @@ from typing import Any, TypeVar
 
 import attrs
 
-from ._codec import _AS_IS, decode_value, encode_value
-from ._compat import process_froze_objects
-from ._exceptions import ManifestError, PluginLoadError, naming
-from ._identity import manifest_pins
-from ._manifest import manifest_text, recorded_groups, write_atomic
-from ._record import (
+from .._compat import process_froze_objects
+from .._exceptions import ManifestError, PluginLoadError, naming
+from .._version import __version__
+from .identity import manifest_pins
+from .manifest.codec import _AS_IS, decode_value, encode_value
+from .manifest.text import manifest_text, recorded_groups, write_atomic
+from .recorded import (
     MANIFEST_FORMAT,
     MANIFEST_VERSION,
     READ_VERSIONS,
@@ -39,8 +40,7 @@ from ._record import (
     read_manifest,
     unsupported_version,
 )
-from ._space import Choices, IntRange, ZipGroup, _names, check_keyword_names
-from ._version import __version__
+from .space import Choices, IntRange, ZipGroup, _names, check_keyword_names
 
 __all__ = [
     "Registration",
@@ -263,7 +263,7 @@ class WarmupRegistry:
         return out
 
     def _declared_dict(self) -> dict[str, Any]:
-        from ._plugin.discovery import kernel_ref
+        from .._plugin.discovery import kernel_ref
 
         refs: dict[type, str] = {}
         regs: list[dict[str, Any]] = []
@@ -321,7 +321,7 @@ class WarmupRegistry:
             OSError: the file cannot be written; the message names the path, and
                 no temporary file is left behind.
         """
-        from ._plugin.discovery import one_scan
+        from .._plugin.discovery import one_scan
 
         path = Path(path)
         with one_scan():  # each kernel's ref is found and imported back: one scan for them all
@@ -339,7 +339,7 @@ class WarmupRegistry:
 
     def _check_replayable(self, path: Path) -> None:
         """Refuse, now, what a replay in another process would get wrong or fail on."""
-        from ._plugin.discovery import kernel_ref, load_kernel
+        from .._plugin.discovery import kernel_ref, load_kernel
 
         checked: set[type] = set()
         for reg in self:
@@ -386,8 +386,8 @@ class WarmupRegistry:
     ) -> WarmupRegistry:
         # keep: data was just read from a file, so recorded entries may keep their parsed specs;
         # entries: its recorded section, already read and checked (read_manifest)
-        from ._manifest_modules import check_kernel_ref
-        from ._plugin.discovery import load_kernel
+        from .._plugin.discovery import load_kernel
+        from .manifest.modules import check_kernel_ref
 
         if not isinstance(data, dict) or data.get("format") != MANIFEST_FORMAT:
             raise ManifestError(
@@ -395,7 +395,7 @@ class WarmupRegistry:
             )
         if data.get("version") not in READ_VERSIONS:
             raise unsupported_version(data.get("version"), path)
-        from ._schema import validate_manifest
+        from .manifest.schema import validate_manifest
 
         validate_manifest(data, path=path)
         registry = cls()
@@ -495,7 +495,7 @@ class WarmupRegistry:
         Raises:
             ManifestError: unreadable, malformed, or naming an unresolvable kernel.
         """
-        from ._plugin.discovery import one_scan
+        from .._plugin.discovery import one_scan
 
         with _gc_paused(), one_scan():
             data, entries = read_manifest(path)

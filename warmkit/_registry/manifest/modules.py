@@ -33,8 +33,8 @@ from typing import Any
 
 import attrs
 
-from . import _envs
-from ._exceptions import ManifestError
+from ... import _envs
+from ..._exceptions import ManifestError
 
 __all__ = ["MODES", "ModuleOrigin", "check_kernel_ref", "manifest_modules"]
 
@@ -163,7 +163,7 @@ def check_kernel_ref(ref: Any, path: Any = None) -> None:
 
 def manifest_modules(refs: Iterable[str]) -> list[ModuleOrigin]:
     """The modules the kernels ``refs`` (a loaded manifest's) come from, once each, in order."""
-    from ._plugin.discovery import load_kernel
+    from ..._plugin.discovery import load_kernel
 
     seen: dict[str, ModuleOrigin] = {}
     for ref in refs:

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from ._exceptions import ManifestError
+from ..._exceptions import ManifestError
 
 __all__ = [
     "GROUP_FIELDS",
