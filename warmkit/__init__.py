@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Any
 
 from . import metrics, monitor
 from ._config import WarmupConfig
-from ._dsl import FunctionKernel, MethodHooks
 from ._envs import EnvVar
 from ._exceptions import (
     BackendNotImplementedError,
@@ -32,7 +31,8 @@ from ._exceptions import (
 )
 from ._explain import ExplainsMisses, Explanation, explain
 from ._fleet import Fleet, current_fleet
-from ._kernel import JitKernel
+from ._kernel.dsl import FunctionKernel, MethodHooks
+from ._kernel.jit import JitKernel
 from ._plugin.contract import (
     Backend,
     BackendStatus,

@@ -15,10 +15,11 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
-from . import _memo, metrics, monitor
+from . import metrics, monitor
 from ._compat import ast_parse_serialized, known_frozen, process_froze_objects
 from ._config import WarmupConfig, warn_unapplied
 from ._exceptions import BackendUnavailableError, WarmupError
+from ._kernel import memo as _memo
 from ._plugin.contract import CanonicalTargets, reported_tuning
 from ._prepare import join as join_setup
 from ._registry import identity as _identity

@@ -14,7 +14,7 @@ import pytest
 
 import warmkit
 from warmkit import JitKernel, KernelDefinitionError, RuntimeCompileError, monitor
-from warmkit import _kernel as kernel_module
+from warmkit._kernel import jit as kernel_module
 
 from . import _kernels
 from ._kernels import Executor, OtherKernel, PyKernel

@@ -433,7 +433,7 @@ def load_kernel(ref: str) -> type:
 def _is_kernel_class(obj: Any) -> bool:
     """Whether ``obj`` subclasses ``warmkit.JitKernel``, told by its MRO: ``_kernel`` imports this module."""
     return isinstance(obj, type) and any(
-        c.__module__ == "warmkit._kernel" and c.__qualname__ == "JitKernel" for c in obj.__mro__
+        c.__module__ == "warmkit._kernel.jit" and c.__qualname__ == "JitKernel" for c in obj.__mro__
     )
 
 

@@ -25,8 +25,8 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import Any, ClassVar, TypeVar
 
-from ._exceptions import KernelDefinitionError
-from ._kernel import JitKernel
+from .._exceptions import KernelDefinitionError
+from .jit import JitKernel
 
 __all__ = ["FunctionKernel", "MethodHooks"]
 

@@ -25,13 +25,14 @@ import types
 from collections.abc import Callable, Collection, Hashable, Iterable, Mapping
 from typing import Any, ClassVar, Generic, TypeVar
 
-from . import _envs, _memo, monitor
-from ._exceptions import KernelDefinitionError
-from ._plugin.contract import ReportsTuning, current_target
-from ._plugin.discovery import get_backend
-from ._registry.recorded import active_recorder, key_entry
-from ._registry.registry import active_registry, check_registration, warn_unregistered
-from ._registry.space import DispatchInfo, expand
+from .. import _envs, monitor
+from .._exceptions import KernelDefinitionError
+from .._plugin.contract import ReportsTuning, current_target
+from .._plugin.discovery import get_backend
+from .._registry.recorded import active_recorder, key_entry
+from .._registry.registry import active_registry, check_registration, warn_unregistered
+from .._registry.space import DispatchInfo, expand
+from . import memo as _memo
 
 __all__ = ["JitKernel"]
 
@@ -499,8 +500,8 @@ def _analyse_dispatch(cls: type) -> DispatchInfo:
 
 def _miss_reason(kernel: JitKernel[Any], key: Any) -> str | None:
     """The monitor's one-line reason for a runtime miss (``_explain.miss_reason``), or None."""
-    from ._explain import miss_reason
-    from ._plugin.discovery import get_backend
+    from .._explain import miss_reason
+    from .._plugin.discovery import get_backend
 
     backend_name = type(kernel).backend
     if backend_name is None:
