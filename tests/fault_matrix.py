@@ -197,7 +197,7 @@ def store_cases(case: Callable[..., None], tmp: Path) -> None:
     """Configuration, poisoning and server trouble of a store, with a real redis-server."""
     from redis_server import RedisServer
 
-    from warmkit._signing import generate_key
+    from warmkit._cache.signing import generate_key
 
     e = Env(tmp / "store")
     e.root.mkdir(parents=True)

@@ -10,6 +10,8 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from . import metrics, monitor
+from ._cache.fleet import Fleet, current_fleet
+from ._cache.misses import ExplainsMisses, Explanation, explain
 from ._config import WarmupConfig
 from ._envs import EnvVar
 from ._exceptions import (
@@ -29,8 +31,6 @@ from ._exceptions import (
     WarmupError,
     WorkerDiedError,
 )
-from ._explain import ExplainsMisses, Explanation, explain
-from ._fleet import Fleet, current_fleet
 from ._kernel.dsl import FunctionKernel, MethodHooks
 from ._kernel.jit import JitKernel
 from ._plugin.contract import (
@@ -165,7 +165,7 @@ def __getattr__(name: str) -> Any:
 
         return build_bundle
     if name in _LAZY:
-        from . import _bundle
+        from ._cache import bundle as _bundle
 
         return getattr(_bundle, name)
     raise AttributeError(f"module 'warmkit' has no attribute {name!r}")
@@ -177,4 +177,4 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:
     from ._build import build_bundle
-    from ._bundle import BundleInstall, inspect_bundle, install_bundle
+    from ._cache.bundle import BundleInstall, inspect_bundle, install_bundle

@@ -19,11 +19,11 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from . import _signing
-from ._bundle import _META, BUNDLE_FORMAT, BUNDLE_VERSION, _bundle_backend
+from ._cache import signing as _signing
+from ._cache.bundle import _META, BUNDLE_FORMAT, BUNDLE_VERSION, _bundle_backend
+from ._cache.integrity import iter_entries, sha256_file, verify_entry
 from ._config import WarmupConfig, deliberate
 from ._exceptions import BundleError
-from ._integrity import iter_entries, sha256_file, verify_entry
 from ._plugin.contract import TunedResults, entry_check
 from ._registry.recorded import resolve_recorded
 from ._version import __version__

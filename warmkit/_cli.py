@@ -264,7 +264,7 @@ def _cmd_warmup(args: argparse.Namespace) -> int:
 
 def _cmd_bundle(args: argparse.Namespace) -> int:
     from ._build import build_bundle
-    from ._bundle import inspect_bundle, install_bundle
+    from ._cache.bundle import inspect_bundle, install_bundle
     from ._registry.registry import WarmupRegistry
 
     if args.bundle_command == "build":
@@ -319,7 +319,7 @@ def _cmd_bundle(args: argparse.Namespace) -> int:
     if args.bundle_command == "check":
         return _cmd_explain(args, bundle=args.bundle)
     if args.bundle_command == "keygen":
-        from ._signing import generate_key
+        from ._cache.signing import generate_key
 
         private, public = generate_key(args.key)
         print(f"wrote private key {private} (keep it secret) and public key {public}")
@@ -394,8 +394,8 @@ def _cache_backends(args: argparse.Namespace) -> Iterator[tuple[str, Any, str]]:
 def _cmd_cache(args: argparse.Namespace) -> int:
     if args.cache_command != "verify":
         return _cmd_cache_upkeep(args)
-    from ._fleet import provenance_check
-    from ._integrity import iter_entries, verify_cache
+    from ._cache.fleet import provenance_check
+    from ._cache.integrity import iter_entries, verify_cache
     from ._plugin.contract import entry_check
 
     result: dict[str, Any] = {}
@@ -526,7 +526,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_explain(args: argparse.Namespace, bundle: str | None = None) -> int:
-    from ._explain import explain, explanations_json
+    from ._cache.misses import explain, explanations_json
 
     dirs = _cache_dirs(getattr(args, "cache_dir", None) or [])
     found = explain(
@@ -555,7 +555,7 @@ def _cmd_coverage(args: argparse.Namespace) -> int:
 
 
 def _cmd_cache_upkeep(args: argparse.Namespace) -> int:
-    from . import _cache
+    from ._cache import upkeep as _cache
     from ._plugin.contract import FleetCapable
 
     cmd = args.cache_command
@@ -616,7 +616,7 @@ def _cmd_cache_upkeep(args: argparse.Namespace) -> int:
 
 
 def _cmd_clear_store(args: argparse.Namespace) -> int:
-    from ._cache import clear_store
+    from ._cache.upkeep import clear_store
 
     result = clear_store(args.url, dry_run=args.dry_run)
     if args.json:

@@ -72,7 +72,7 @@ def _backends(value: Any) -> tuple[str, ...] | None:
 def _store_url(_inst: Any, _attr: Any, url: str | None) -> None:
     # A malformed store URL is a configuration error now, not a failure of every key later.
     if url is not None:
-        from ._store import check_url
+        from ._cache.stores.base import check_url
 
         check_url(url)
 

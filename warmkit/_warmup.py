@@ -143,7 +143,7 @@ def _warmup(
                 "WarmupConfig(bundle=..., read_only=True): installing a bundle writes the cache; "
                 "install it when building the image, then serve with read_only"
             )
-        from ._bundle import install_bundle
+        from ._cache.bundle import install_bundle
 
         install_bundle(config.bundle, target=config.target)
     n_keys = sum(len(keys) for _, keys in plan.values()) + len(recorded)
@@ -167,7 +167,7 @@ def _warmup(
     interrupted: KeyboardInterrupt | None = None
     if config.on_error == "raise" and any(e.status == "failed" for e in entries):
         loop.aborted = True
-    from ._fleet import fleet_for
+    from ._cache.fleet import fleet_for
 
     try:
         with _identity.pins_scope(registry, config), fleet_for(config).active() as loop.fleet:

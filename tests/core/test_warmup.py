@@ -585,7 +585,7 @@ def test_a_kernel_that_cannot_be_built_to_plan_it_is_named_before_any_bundle_ins
     reg = WarmupRegistry()
     reg.add(NeedsArgs, n=1)
     installs = []
-    monkeypatch.setattr("warmkit._bundle.install_bundle", lambda path: installs.append(path))
+    monkeypatch.setattr("warmkit._cache.bundle.install_bundle", lambda path: installs.append(path))
     with pytest.raises(TypeError, match=f"{NeedsArgs.name}.*no arguments"):
         warmkit.warmup(cfg(bundle="kernels.wkb"), reg)
     assert installs == []

@@ -500,7 +500,7 @@ def _analyse_dispatch(cls: type) -> DispatchInfo:
 
 def _miss_reason(kernel: JitKernel[Any], key: Any) -> str | None:
     """The monitor's one-line reason for a runtime miss (``_explain.miss_reason``), or None."""
-    from .._explain import miss_reason
+    from .._cache.misses import miss_reason
     from .._plugin.discovery import get_backend
 
     backend_name = type(kernel).backend

@@ -488,7 +488,7 @@ def check_aot_cache(cache: str | os.PathLike[str] | None = None) -> list[str]:
     Returns:
         One line per problem; empty when every recorded entry is usable here.
     """
-    from warmkit._integrity import verify_cache
+    from warmkit._cache.integrity import verify_cache
 
     from ._cache import verify_cache_entry
 
@@ -604,7 +604,7 @@ def relocate_cache_entry(staged: str | os.PathLike[str], final: str | os.PathLik
         staged: the entry's directory now.
         final: the directory it will have (may not exist yet).
     """
-    from warmkit._integrity import update_record
+    from warmkit._cache.integrity import update_record
 
     groups = api.relocate_group_files(staged, final)
     update_record(Path(staged), groups)

@@ -7,7 +7,7 @@ metadata ``.json`` fails every later compile of that kernel with a bare
 a checked subclass of its file cache (``_triton_api.checked_cache_manager``): before Triton reads an entry as a hit, the
 entry is checked (its ``warmkit-integrity.json`` when warmkit wrote it, and
 :func:`verify_cache_entry` always); a bad entry is quarantined with a warning
-naming it (``warmkit._integrity``), and Triton compiles a fresh one.
+naming it (``warmkit._cache.integrity``), and Triton compiles a fresh one.
 
 A user's own ``TRITON_CACHE_MANAGER`` (e.g. a remote cache) is left alone:
 warmkit then verifies nothing at lookup and says so at DEBUG level.
@@ -25,7 +25,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-from warmkit._integrity import quarantine, verify_entry_stamped, write_record
+from warmkit._cache.integrity import quarantine, verify_entry_stamped, write_record
 
 from . import _triton_api as api
 from ._aot import AOT_RECORD

@@ -49,17 +49,17 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from . import _envs
-from ._exceptions import (
+from .. import _envs
+from .._exceptions import (
     BundleError,
     CacheMissError,
     StoreError,
     StoreUnavailableError,
     WarmkitError,
 )
-from ._explain import miss_reason
-from ._plugin.contract import FleetCapable, reports_cache_hit
-from ._store import (
+from .._plugin.contract import FleetCapable, reports_cache_hit
+from .misses import miss_reason
+from .stores.base import (
     SIGNATURE,
     Lease,
     Store,
@@ -223,7 +223,7 @@ class Fleet:
         self._count("refused")
         with self._lock:
             self.refused[key] = why
-        from . import metrics
+        from .. import metrics
 
         metrics.observe_store_refusal(key.split("/", 1)[0])
 
@@ -240,7 +240,7 @@ class Fleet:
             return False
         meta = entry_meta(key, files, **info)
         if self.signing_key is not None:
-            from ._signing import sign
+            from .signing import sign
 
             meta[SIGNATURE] = json.loads(sign(signed_bytes(meta), self.signing_key))
         return bool(self._call(lambda: self.store.put(key, files, meta), default=False))  # type: ignore[union-attr]
@@ -588,7 +588,7 @@ class Fleet:
                 ", ".join(diff) or "fingerprint",
             )
             return False
-        from ._bundle import _publish
+        from .bundle import _publish
 
         final = Path(backend.entry_dir(ek))
         final.parent.mkdir(parents=True, exist_ok=True)
@@ -596,7 +596,7 @@ class Fleet:
         try:
             for fname, data in entry.files.items():
                 (staged / fname).write_bytes(data)
-            # Relocates, records the files' sha256 (warmkit._integrity), checks the entry's
+            # Relocates, records the files' sha256 (warmkit._cache.integrity), checks the entry's
             # structure with the backend, then renames it into place.
             _publish(backend, staged, final, {}, store_key)
         except BundleError as exc:
@@ -610,7 +610,7 @@ class Fleet:
 
     def _record_provenance(self, final: Path, store_key: str, entry: StoredEntry) -> None:
         """Keep the entry's signed manifest next to it, so ``warmkit cache verify`` re-checks it."""
-        from ._integrity import read_record
+        from .integrity import read_record
 
         try:
             installed = read_record(final) or {}
@@ -664,7 +664,7 @@ def provenance_problems(backend: Any, entry: Path, trusted: dict[str, Any]) -> l
         if ek is not None and (key != f"{backend.name}/{ek}" or meta.get("key") != key):
             return [f"came from store entry {meta.get('key')!r}, not this entry's key"]
         problems = _signature_problems(key, meta, trusted)
-        from ._integrity import compare, sha256_file
+        from .integrity import compare, sha256_file
 
         # each listed file by name (the integrity record leaves warmkit's own files out)
         actual = {
@@ -682,7 +682,7 @@ def _signature_problems(key: str, meta: Mapping[str, Any], trusted: dict[str, An
     """Why entry ``key``'s manifest is not signed by a trusted key; [] when it is, or no trust."""
     if not trusted:
         return []
-    from ._signing import verify
+    from .signing import verify
 
     sig = meta.get(SIGNATURE)
     try:
@@ -722,7 +722,7 @@ def _trust() -> tuple[dict[str, Any], str | None]:
         ValueError: a trust or signing setting is empty, unreadable, not an
             Ed25519 key, or the two trust variables differ; the message names it.
     """
-    from ._signing import load_trusted, sign, trusted_keys
+    from .signing import load_trusted, sign, trusted_keys
 
     try:
         paths = trusted_keys()

@@ -20,7 +20,7 @@ Nothing here trusts what it reads. An entry is data, never paths:
 separator, no ``..``, no leading dot, not absolute, no link) or that the
 backend does not declare, then checks every file against the manifest; callers
 refuse and delete an entry that fails before writing a byte of it. A signed
-entry's signature (``warmkit._signing``) covers ``signed_bytes(meta)``: the
+entry's signature (``warmkit._cache.signing``) covers ``signed_bytes(meta)``: the
 manifest, so every file's sha256 and the key it is stored under.
 """
 
@@ -42,9 +42,9 @@ from urllib.parse import urlsplit, urlunsplit
 
 import attrs
 
-from . import _envs
-from ._exceptions import StoreError, StoreUnavailableError
-from ._integrity import compare
+from ... import _envs
+from ..._exceptions import StoreError, StoreUnavailableError
+from ..integrity import compare
 
 __all__ = [
     "REDIS_INSTALL_HINT",
@@ -98,7 +98,7 @@ class StoredEntry:
     raw_meta: bytes | None = attrs.field(default=None, repr=False)
 
 
-#: The field of an entry's manifest that holds its signature document (``warmkit._signing``).
+#: The field of an entry's manifest that holds its signature document (``warmkit._cache.signing``).
 SIGNATURE = "signature"
 
 
@@ -161,7 +161,7 @@ def verify_entry(entry: StoredEntry, allowed: Callable[[str], bool] | None = Non
     Checks every file name first (``name_problems``: members that are not plain
     files, paths, dot-names, names ``allowed`` refuses), then the format and
     the key, then every listed file's size and sha256
-    (``warmkit._integrity.compare``, the same check as for local entries), and
+    (``warmkit._cache.integrity.compare``, the same check as for local entries), and
     refuses files the manifest does not list.
 
     Args:

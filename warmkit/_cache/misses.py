@@ -33,7 +33,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
-from ._plugin.contract import BundleCapable, FleetCapable, _Capability, target_scope
+from .._plugin.contract import BundleCapable, FleetCapable, _Capability, target_scope
 
 __all__ = ["ExplainsMisses", "Explanation", "explain", "miss_reason", "nearest_difference"]
 
@@ -139,7 +139,7 @@ class _Entries:
 
 
 def _bundle_entries(path: Path, backend: str) -> _Entries:
-    from ._bundle import _open
+    from .bundle import _open
 
     files: dict[str, dict[str, bytes]] = {}
     with _open(path) as (tar, meta, _p):
@@ -161,7 +161,7 @@ def _bundle_entries(path: Path, backend: str) -> _Entries:
 
 
 def _cache_entries(root: Path) -> _Entries:
-    from ._integrity import iter_entries
+    from .integrity import iter_entries
 
     files: dict[str, dict[str, bytes]] = {}
     for d in iter_entries(root):
@@ -178,7 +178,7 @@ def _cache_entries(root: Path) -> _Entries:
 
 def _items(registry: Any) -> Iterator[tuple[str | None, Any, Any, str | None]]:
     """``(backend, kernel, key, error)`` of every key of ``registry``, declared then recorded."""
-    from ._registry.recorded import resolve_recorded
+    from .._registry.recorded import resolve_recorded
 
     for inst, keys in registry.resolve().values():
         for k in keys:
@@ -344,9 +344,9 @@ def explain(
         BundleError: not a readable bundle.
         ManifestError: an unreadable manifest.
     """
-    from ._config import WarmupConfig
-    from ._plugin.discovery import get_backend
-    from ._registry.identity import pins_scope
+    from .._config import WarmupConfig
+    from .._plugin.discovery import get_backend
+    from .._registry.identity import pins_scope
 
     registry, target = _registry_and_target(manifest, bundle, target)
     out: list[Explanation] = []
@@ -379,10 +379,10 @@ def explain(
 
 
 def _registry_and_target(manifest: Any, bundle: Any, target: str | None) -> tuple[Any, str | None]:
-    from ._registry.registry import WarmupRegistry
+    from .._registry.registry import WarmupRegistry
 
     if bundle is not None and (manifest is None or target is None):
-        from ._bundle import _open
+        from .bundle import _open
 
         with _open(bundle) as (_tar, meta, _p):
             embedded, bundle_target = meta.get("manifest"), meta.get("target")

@@ -41,16 +41,17 @@ from typing import Any
 
 import attrs
 
-from . import _envs, _signing
-from ._exceptions import BundleError
-from ._integrity import identity, verify_entry, write_record
-from ._plugin.contract import (
+from .. import _envs
+from .._exceptions import BundleError
+from .._plugin.contract import (
     BundleCapable,
     CanonicalTargets,
     PreparesEntries,
     entry_check,
     missing_members,
 )
+from . import signing as _signing
+from .integrity import identity, verify_entry, write_record
 
 __all__ = ["BundleInstall", "inspect_bundle", "install_bundle"]
 
@@ -62,7 +63,7 @@ _META = "bundle.json"
 
 
 def _bundle_backend(name: str, kernel: str | None = None) -> Any:
-    from ._plugin.discovery import get_backend
+    from .._plugin.discovery import get_backend
 
     backend = get_backend(name, kernel=kernel)
     missing = missing_members(backend, BundleCapable)
@@ -314,7 +315,7 @@ def _prepare(name: str, backend: Any, dest: Path, expected: dict[str, Any]) -> s
     The entries are published and sound either way: what preparing builds,
     the runtime builds at its first load instead, so the install stands.
     """
-    from ._plugin.discovery import call_hook
+    from .._plugin.discovery import call_hook
 
     entries = sorted({PurePosixPath(r).parts[0] for r in expected})
     try:

@@ -8,7 +8,7 @@ A signed bundle carries ``bundle.sig`` next to ``bundle.json``::
 
     {"algorithm": "ed25519", "key_id": "ed25519:<16 hex>", "signature": "<base64>"}
 
-A store entry (``warmkit._store``) carries the same document in its manifest,
+A store entry (``warmkit._cache.stores.base``) carries the same document in its manifest,
 over the manifest's canonical bytes (which list every file's sha256 and the
 store key), signed by the publisher's ``WARMKIT_SIGNING_KEY``.
 
@@ -33,8 +33,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from . import _envs
-from ._exceptions import BundleError
+from .. import _envs
+from .._exceptions import BundleError
 
 __all__ = [
     "INSTALL_HINT",

@@ -1,4 +1,4 @@
-"""Cache upkeep: ``warmkit cache info|prune|push|pull`` (``verify`` is ``warmkit._integrity``'s).
+"""Cache upkeep: ``warmkit cache info|prune|push|pull`` (``verify`` is ``warmkit._cache.integrity``'s).
 
 Nothing caps Triton's cache today; these keep a backend's persistent cache in
 shape and move entries between it and a shared store (``docs/fleet.md``):
@@ -29,9 +29,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ._fleet import Fleet
-from ._integrity import iter_entries
-from ._plugin.contract import FleetCapable
+from .._plugin.contract import FleetCapable
+from .fleet import Fleet
+from .integrity import iter_entries
 
 __all__ = [
     "cache_info",
@@ -193,11 +193,11 @@ def manifest_entries(
             kernel does not import, it is autotuned ...): keeping the manifest's
             entries could not be promised, so nothing is pruned.
     """
-    from ._config import WarmupConfig
-    from ._plugin.contract import target_scope
-    from ._registry.identity import pins_scope
-    from ._registry.recorded import resolve_recorded
-    from ._registry.registry import WarmupRegistry
+    from .._config import WarmupConfig
+    from .._plugin.contract import target_scope
+    from .._registry.identity import pins_scope
+    from .._registry.recorded import resolve_recorded
+    from .._registry.registry import WarmupRegistry
 
     if not isinstance(backend, FleetCapable):
         return {}
@@ -318,7 +318,7 @@ def clear_store(url: str, *, dry_run: bool = False) -> dict[str, Any]:
     Raises:
         StoreUnavailableError: the store cannot be reached.
     """
-    from ._store import open_store
+    from .stores.base import open_store
 
     store = open_store(url)
     try:
@@ -332,6 +332,6 @@ def clear_store(url: str, *, dry_run: bool = False) -> dict[str, Any]:
 
 
 def _store_url(url: str) -> str:
-    from ._store import _redact
+    from .stores.base import _redact
 
     return _redact(str(url))
