@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Any
 from . import metrics, monitor
 from ._cache.fleet import Fleet, current_fleet
 from ._cache.misses import ExplainsMisses, Explanation, explain
-from ._config import WarmupConfig
 from ._envs import EnvVar
 from ._exceptions import (
     BackendNotImplementedError,
@@ -52,7 +51,6 @@ from ._plugin.contract import (
     TuningPlan,
     current_target,
 )
-from ._prepare import prepare
 from ._registry.identity import PinsIdentity, pinned_identity, pinning
 from ._registry.recorded import (
     RecordedEntry,
@@ -70,10 +68,12 @@ from ._registry.registry import (
     default_registry,
 )
 from ._registry.space import Choices, DispatchInfo, IntRange, ZipGroup, zip_inputs
-from ._report import ReportEntry, WarmupReport
 from ._version import __version__
-from ._warmup import warmup
-from ._workers import PrimesWorkers, ProcessCompiles
+from ._warmup.config import WarmupConfig
+from ._warmup.orchestrate import warmup
+from ._warmup.prepare import prepare
+from ._warmup.report import ReportEntry, WarmupReport
+from ._warmup.workers import PrimesWorkers, ProcessCompiles
 
 __all__ = [
     "Backend",
@@ -161,7 +161,7 @@ _LAZY = {"BundleInstall", "build_bundle", "inspect_bundle", "install_bundle"}
 
 def __getattr__(name: str) -> Any:
     if name == "build_bundle":
-        from ._build import build_bundle
+        from ._warmup.build import build_bundle
 
         return build_bundle
     if name in _LAZY:
@@ -176,5 +176,5 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:
-    from ._build import build_bundle
     from ._cache.bundle import BundleInstall, inspect_bundle, install_bundle
+    from ._warmup.build import build_bundle

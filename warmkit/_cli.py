@@ -40,8 +40,8 @@ from ._exceptions import (
     PluginLoadError,
     WarmupError,
 )
-from ._report import not_in_report
 from ._version import __version__
+from ._warmup.report import not_in_report
 
 __all__ = ["main"]
 
@@ -145,7 +145,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     registry = WarmupRegistry.load(args.manifest)
     target = args.target or _envs_target()
     if target is not None:
-        from ._warmup import check_target
+        from ._warmup.orchestrate import check_target
 
         backends = {r.kernel_cls.backend for r in registry} | {
             e.backend for e in registry.recorded()
@@ -221,9 +221,9 @@ def _tuning_notes(registry: Any, target: str | None) -> dict[tuple[str, str], st
 
 
 def _cmd_warmup(args: argparse.Namespace) -> int:
-    from ._config import WarmupConfig
     from ._registry.registry import WarmupRegistry
-    from ._warmup import warmup
+    from ._warmup.config import WarmupConfig
+    from ._warmup.orchestrate import warmup
 
     registry = WarmupRegistry.load(args.manifest)
     overrides: dict[str, Any] = {}
@@ -263,9 +263,9 @@ def _cmd_warmup(args: argparse.Namespace) -> int:
 
 
 def _cmd_bundle(args: argparse.Namespace) -> int:
-    from ._build import build_bundle
     from ._cache.bundle import inspect_bundle, install_bundle
     from ._registry.registry import WarmupRegistry
+    from ._warmup.build import build_bundle
 
     if args.bundle_command == "build":
         registry = WarmupRegistry.load(args.manifest)

@@ -178,7 +178,7 @@ ENVIRONMENT: dict[str, EnvVar] = {
     "WARMKIT_JOBS": EnvVar(
         None, _opt_int, "WarmupConfig.jobs: parallel compiles; unset/auto = CPU count."
     ),
-    # Compile worker processes (warmkit._workers): auto = when they pay (>= 4 jobs, >= 2 keys each).
+    # Compile worker processes (warmkit._warmup.workers): auto = when they pay (>= 4 jobs, >= 2 keys each).
     "WARMKIT_COMPILE_PROCESSES": EnvVar(
         "auto",
         _choice("auto", "on", "off"),

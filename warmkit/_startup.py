@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from . import _envs
-from ._report import not_in_report
+from ._warmup.report import not_in_report
 
 __all__ = ["hook_environment", "main", "nothing_recorded_hint", "record_refusal"]
 
@@ -96,10 +96,10 @@ def main(hook_file: str | None = None) -> None:
     record = _envs.get("WARMKIT_RECORD")
     try:
         if manifest is not None:
-            from ._config import WarmupConfig
             from ._exceptions import WarmkitError
             from ._registry.registry import WarmupRegistry
-            from ._warmup import warmup
+            from ._warmup.config import WarmupConfig
+            from ._warmup.orchestrate import warmup
 
             try:
                 overrides: dict[str, Any] = {"progress": "off"}

@@ -702,7 +702,7 @@ def test_a_write_error_of_this_host_is_named_with_its_path_not_a_truncated_bundl
 def test_a_build_ignores_warmkit_variables_on_purpose_without_a_warning(
     site, reg, tmp_path, monkeypatch, caplog
 ):
-    from warmkit import _config
+    from warmkit._warmup import config as _config
 
     monkeypatch.setattr(_config, "_warned", set())
     monkeypatch.setenv("WARMKIT_MONITOR", "error")  # a build never arms the monitor

@@ -245,7 +245,7 @@ def test_list_check_flags_an_entry_point_that_is_not_a_kernel(capsys, fake_backe
 def test_line_progress_writes_a_line_per_tenth_and_the_last() -> None:
     import io
 
-    from warmkit._report import LineProgress
+    from warmkit._warmup.report import LineProgress
 
     out = io.StringIO()
     bar = LineProgress(96, every=1e9, file=out)  # no time-based line in this test
@@ -279,7 +279,7 @@ def test_a_warmup_with_stderr_not_a_terminal_shows_progress_lines(capsys, fake_b
 
 @pytest.mark.skipif(not hasattr(signal, "pthread_sigmask"), reason="POSIX signal masks")
 def test_a_compile_threads_child_process_is_shielded_from_the_terminals_ctrl_c() -> None:
-    from warmkit._runner import run
+    from warmkit._warmup.runner import run
 
     probe = (
         "import signal; print(int(signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, [])))"

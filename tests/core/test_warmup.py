@@ -24,9 +24,9 @@ from warmkit import (
     monitor,
 )
 from warmkit import _compat as compat_module
-from warmkit import _warmup as warmup_module
 from warmkit._compat import process_froze_objects
 from warmkit._plugin import discovery as plugins
+from warmkit._warmup import orchestrate as warmup_module
 from warmkit.testing import backend_override
 
 from . import _kernels
@@ -723,7 +723,13 @@ def test_report_to_dict_to_json_and_table():
     table = report.table()
     assert str(report) == table
     lines = table.splitlines()
-    assert lines[0].split() == ["kernel", "backend", "keys", *warmkit._report.STATUSES, "seconds"]
+    assert lines[0].split() == [
+        "kernel",
+        "backend",
+        "keys",
+        *warmkit._warmup.report.STATUSES,
+        "seconds",
+    ]
     assert any(line.startswith(PyKernel.name) and " 3 " in line for line in lines)
     assert any(line.startswith("tests.other") for line in lines)
     assert any(line.startswith("total") and " 4 " in line for line in lines)
@@ -926,7 +932,7 @@ def test_a_misbehaving_plugin_is_named_in_each_key_error(
 
 
 def test_a_long_compiler_log_is_cut_to_its_first_and_last_lines():
-    from warmkit._warmup import _describe
+    from warmkit._warmup.orchestrate import _describe
 
     log = "\n".join(f"line {i}" for i in range(5600))
     out = _describe(RuntimeError(f"ptxas failed\n{log}"))

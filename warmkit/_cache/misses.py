@@ -344,9 +344,9 @@ def explain(
         BundleError: not a readable bundle.
         ManifestError: an unreadable manifest.
     """
-    from .._config import WarmupConfig
     from .._plugin.discovery import get_backend
     from .._registry.identity import pins_scope
+    from .._warmup.config import WarmupConfig
 
     registry, target = _registry_and_target(manifest, bundle, target)
     out: list[Explanation] = []

@@ -193,11 +193,11 @@ def manifest_entries(
             kernel does not import, it is autotuned ...): keeping the manifest's
             entries could not be promised, so nothing is pruned.
     """
-    from .._config import WarmupConfig
     from .._plugin.contract import target_scope
     from .._registry.identity import pins_scope
     from .._registry.recorded import resolve_recorded
     from .._registry.registry import WarmupRegistry
+    from .._warmup.config import WarmupConfig
 
     if not isinstance(backend, FleetCapable):
         return {}

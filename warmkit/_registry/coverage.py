@@ -210,7 +210,7 @@ def coverage(
         that no longer plans is an error, not "uncovered").
     """
     from .._plugin.discovery import call_hook, get_backend, kernel_ref
-    from .._warmup import check_target
+    from .._warmup.orchestrate import check_target
 
     entries = list(run)
     resolved = registry.resolve()

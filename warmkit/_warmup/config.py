@@ -11,7 +11,7 @@ from typing import Any
 
 import attrs
 
-from . import _envs
+from .. import _envs
 
 __all__ = ["ENV_FIELDS", "WarmupConfig", "deliberate", "unapplied_variables", "warn_unapplied"]
 
@@ -72,7 +72,7 @@ def _backends(value: Any) -> tuple[str, ...] | None:
 def _store_url(_inst: Any, _attr: Any, url: str | None) -> None:
     # A malformed store URL is a configuration error now, not a failure of every key later.
     if url is not None:
-        from ._cache.stores.base import check_url
+        from .._cache.stores.base import check_url
 
         check_url(url)
 

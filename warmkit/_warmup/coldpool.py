@@ -66,7 +66,7 @@ class ColdPool:
     def abandon(self, item: tuple[Any, Any]) -> str:
         """A key past its compile_timeout: stop its worker (``_workers._Workers.abandon``)."""
         if self._procs is None:
-            from ._runner import ABANDONED
+            from .runner import ABANDONED
 
             return ABANDONED
         return self._procs.abandon(item)
@@ -84,7 +84,7 @@ class ColdPool:
     def _start(self) -> Any:
         with self._lock:
             if not self._decided:
-                from ._workers import worker_pool
+                from .workers import worker_pool
 
                 self._decided = True
                 self._procs = worker_pool(

@@ -19,15 +19,15 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from ._cache import signing as _signing
-from ._cache.bundle import _META, BUNDLE_FORMAT, BUNDLE_VERSION, _bundle_backend
-from ._cache.integrity import iter_entries, sha256_file, verify_entry
-from ._config import WarmupConfig, deliberate
-from ._exceptions import BundleError
-from ._plugin.contract import TunedResults, entry_check
-from ._registry.recorded import resolve_recorded
-from ._version import __version__
-from ._warmup import warmup
+from .._cache import signing as _signing
+from .._cache.bundle import _META, BUNDLE_FORMAT, BUNDLE_VERSION, _bundle_backend
+from .._cache.integrity import iter_entries, sha256_file, verify_entry
+from .._exceptions import BundleError
+from .._plugin.contract import TunedResults, entry_check
+from .._registry.recorded import resolve_recorded
+from .._version import __version__
+from .config import WarmupConfig, deliberate
+from .orchestrate import warmup
 
 __all__ = ["build_bundle"]
 

@@ -32,9 +32,9 @@ import os
 import threading
 from typing import Any
 
-from . import _envs
-from ._compat import ast_parse_serialized
-from ._plugin.contract import Prepares
+from .. import _envs
+from .._compat import ast_parse_serialized
+from .._plugin.contract import Prepares
 
 __all__ = ["join", "prepare"]
 
@@ -81,7 +81,7 @@ def prepare(
     if not enabled:
         return 0
     jobs = jobs or _envs.get("WARMKIT_JOBS") or os.cpu_count() or 1
-    from ._workers import MIN_JOBS, start_workers
+    from .workers import MIN_JOBS, start_workers
 
     mode = _envs.get("WARMKIT_COMPILE_PROCESSES")
     started = 0
@@ -109,7 +109,7 @@ def _setup(target: str | None, backends: tuple[str, ...] | None) -> None:
 
 
 def _set_up_backends(target: str | None, backends: tuple[str, ...] | None) -> None:
-    from ._plugin.discovery import BACKENDS_GROUP, call_hook, discover, get_backend
+    from .._plugin.discovery import BACKENDS_GROUP, call_hook, discover, get_backend
 
     try:
         names = backends if backends is not None else [i.name for i in discover(BACKENDS_GROUP)]
@@ -126,7 +126,7 @@ def _set_up_backends(target: str | None, backends: tuple[str, ...] | None) -> No
         # (waiting for this one would leave them idle for most of the engine's startup).
         # Setting them up is an optimisation: a failure there is the workers' first
         # compile's to report (or the thread fallback's), never this backend's keys.
-        from ._workers import prepare_workers
+        from .workers import prepare_workers
 
         try:
             prepare_workers(name, backend, target)

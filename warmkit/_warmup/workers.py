@@ -46,9 +46,9 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
-from . import _envs
-from ._exceptions import WorkerDiedError
-from ._plugin.contract import Prepares, _Capability, reports_cache_hit, target_scope
+from .. import _envs
+from .._exceptions import WorkerDiedError
+from .._plugin.contract import Prepares, _Capability, reports_cache_hit, target_scope
 
 __all__ = [
     "PrimesWorkers",
@@ -144,7 +144,7 @@ def _prepare_in_worker(
         ``(pid, whether the backend had a setup to run, times)``: the
         wall-clock start and end of the worker's imports, then of this setup.
     """
-    from ._plugin.discovery import get_backend
+    from .._plugin.discovery import get_backend
 
     start = time.time()
     _adopt(env)
@@ -170,7 +170,7 @@ def _compile_in_worker(
         ``(compiled or cached, the worker's pid, start, end)``: wall-clock
         times, for the parent's debug log (which worker ran what, when).
     """
-    from ._plugin.discovery import load_kernel
+    from .._plugin.discovery import load_kernel
 
     start = time.time()
     _adopt(env)
@@ -305,7 +305,7 @@ def interrupted(workers: _Workers | None, restore: Callable[[], None] | None) ->
     Returns:
         What puts the previous SIGINT handler back (the warmup's end calls it).
     """
-    from ._runner import exit_on_second_sigint
+    from .runner import exit_on_second_sigint
 
     if restore is None:
         restore = exit_on_second_sigint(kill_now)
@@ -404,7 +404,7 @@ class _Workers:
         self._taken: dict[int, Any] = {}  # id of an item a warmup thread waits on -> its future
 
     def submit(self, kernel: Any, key: Any) -> Any:
-        from ._plugin.discovery import kernel_ref
+        from .._plugin.discovery import kernel_ref
 
         cls = type(kernel)
         ref = self._refs.get(cls)

@@ -307,7 +307,7 @@ def progress_bar(total: int, setting: str) -> Any:
     ``"on"``, or ``"auto"`` on a terminal: a tqdm bar; ``"auto"`` elsewhere (a
     CI log): :class:`LineProgress`; never on a non-zero rank, nor for 0 keys.
     """
-    from . import _envs
+    from .. import _envs
 
     if not total or setting == "off" or _envs.rank() != 0:
         return None

@@ -15,19 +15,19 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
-from . import metrics, monitor
-from ._compat import ast_parse_serialized, known_frozen, process_froze_objects
-from ._config import WarmupConfig, warn_unapplied
-from ._exceptions import BackendUnavailableError, WarmupError
-from ._kernel import memo as _memo
-from ._plugin.contract import CanonicalTargets, reported_tuning
-from ._prepare import join as join_setup
-from ._registry import identity as _identity
-from ._registry.recorded import resolve_recorded, start_recording
-from ._registry.registry import _gc_paused
-from ._report import IN_REPORT, ReportEntry, WarmupReport, failure_lines, progress_bar
-from ._runner import ABANDONED, CANCELLED, NOT_ATTEMPTED, run
-from ._workers import interrupted
+from .. import metrics, monitor
+from .._compat import ast_parse_serialized, known_frozen, process_froze_objects
+from .._exceptions import BackendUnavailableError, WarmupError
+from .._kernel import memo as _memo
+from .._plugin.contract import CanonicalTargets, reported_tuning
+from .._registry import identity as _identity
+from .._registry.recorded import resolve_recorded, start_recording
+from .._registry.registry import _gc_paused
+from .config import WarmupConfig, warn_unapplied
+from .prepare import join as join_setup
+from .report import IN_REPORT, ReportEntry, WarmupReport, failure_lines, progress_bar
+from .runner import ABANDONED, CANCELLED, NOT_ATTEMPTED, run
+from .workers import interrupted
 
 __all__ = ["warmup"]
 
@@ -57,7 +57,7 @@ def warmup(config: WarmupConfig | None = None, registry: Any = None) -> WarmupRe
             keys: the ``WarmupError`` then chains the ``BackendUnavailableError``,
             whose message names the kernel, the backend and the install hint.
     """
-    from ._plugin.discovery import one_scan
+    from .._plugin.discovery import one_scan
 
     # one entry-point scan for all plugins; the frontends' parses safe in the compile threads
     with one_scan(), _kept_out_of_gc() as keep, ast_parse_serialized():
@@ -111,7 +111,7 @@ def _kept_out_of_gc() -> Iterator[Callable[[bool], None]]:
 def _warmup(
     config: WarmupConfig | None, registry: Any, keep: Callable[[bool], None]
 ) -> WarmupReport:
-    from ._registry.registry import active_registry, default_registry
+    from .._registry.registry import active_registry, default_registry
 
     # an explicit config that ignores set WARMKIT_* variables: one WARNING naming them
     config = WarmupConfig.from_env() if config is None else warn_unapplied(config)
@@ -121,7 +121,7 @@ def _warmup(
     if registry is None:
         registry = active_registry() or default_registry()
     _check_backend_names(config.backends)
-    from ._plugin.discovery import _allowed
+    from .._plugin.discovery import _allowed
 
     _allowed()  # an unknown name in WARMKIT_PLUGINS is a usage error, not a failed key
 
@@ -143,7 +143,7 @@ def _warmup(
                 "WarmupConfig(bundle=..., read_only=True): installing a bundle writes the cache; "
                 "install it when building the image, then serve with read_only"
             )
-        from ._cache.bundle import install_bundle
+        from .._cache.bundle import install_bundle
 
         install_bundle(config.bundle, target=config.target)
     n_keys = sum(len(keys) for _, keys in plan.values()) + len(recorded)
@@ -167,7 +167,7 @@ def _warmup(
     interrupted: KeyboardInterrupt | None = None
     if config.on_error == "raise" and any(e.status == "failed" for e in entries):
         loop.aborted = True
-    from ._cache.fleet import fleet_for
+    from .._cache.fleet import fleet_for
 
     try:
         with _identity.pins_scope(registry, config), fleet_for(config).active() as loop.fleet:
@@ -482,7 +482,7 @@ class _Run:
         backend = None
         workers = self.jobs
         if backend_name is not None:
-            from ._plugin.discovery import call_hook
+            from .._plugin.discovery import call_hook
 
             try:
                 backend, target = _prepare_backend(backend_name, items, target)
@@ -514,7 +514,7 @@ class _Run:
         workers = min(workers, len(items))
         self._procs = None
         if backend_name is not None:  # worker processes start at the group's first cold key
-            from ._coldpool import ColdPool
+            from .coldpool import ColdPool
 
             self._procs = ColdPool(self.fleet, backend, target, items, workers, self.config)
         try:
@@ -633,12 +633,12 @@ class _Run:
 def _prepare_backend(
     name: str, items: list[tuple[Any, Any]], target: str | None
 ) -> tuple[Any, str | None]:
-    from ._plugin.discovery import get_backend
+    from .._plugin.discovery import get_backend
 
     kernel_name = type(items[0][0]).name
     backend = get_backend(name, kernel=kernel_name)
     status = _plugin_call(name, "available", backend.available)
-    from ._plugin.contract import BackendStatus
+    from .._plugin.contract import BackendStatus
 
     if not isinstance(status, BackendStatus):
         raise TypeError(
@@ -663,7 +663,7 @@ def _prepare_backend(
 
 def _plugin_call(name: str | None, hook: str, method: Callable[..., Any], *args: Any) -> Any:
     """``method(*args)``, a backend's ``hook``; its own error is a ``PluginError`` naming both."""
-    from ._plugin.discovery import call_hook
+    from .._plugin.discovery import call_hook
 
     return call_hook(name, hook, method, *args)
 
@@ -680,7 +680,7 @@ def check_target(target: str | None, backends: Sequence[str]) -> None:
     """
     if target is None:
         return
-    from ._plugin.discovery import get_backend
+    from .._plugin.discovery import get_backend
 
     for name in backends:
         try:
@@ -700,7 +700,7 @@ def _check_backend_names(names: tuple[str, ...] | None) -> None:
     """An allow-list naming no installed backend is a typo that would skip keys silently."""
     if not names:
         return
-    from ._plugin.discovery import BACKENDS_GROUP, discover
+    from .._plugin.discovery import BACKENDS_GROUP, discover
 
     known = [i.name for i in discover(BACKENDS_GROUP, honour_allow_list=False)]
     unknown = [n for n in names if n not in known]
