@@ -18,7 +18,7 @@ import sys
 import threading
 
 import warmkit
-from warmkit._cli import main
+from warmkit._cli.commands import main
 from warmkit._warmup import workers as _workers
 from warmkit.testing import backend_override
 

@@ -14,7 +14,7 @@ import pytest
 
 import warmkit
 from warmkit import BundleError, WarmupConfig, WarmupError, WarmupRegistry
-from warmkit._cli import main
+from warmkit._cli.commands import main
 
 from . import _bundle_backend as bb
 from ._bundle_backend import BundleBackend, BundledKernel, OtherBundleBackend, OtherBundledKernel

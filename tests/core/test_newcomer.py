@@ -174,7 +174,7 @@ def test_needs_tuning_is_one_summary_line_not_one_per_key() -> None:
 def test_list_reports_tilelang_and_cutedsl_without_importing_them(tmp_path: Path) -> None:
     code = (
         "import json, sys\n"
-        "from warmkit._cli import main\n"
+        "from warmkit._cli.commands import main\n"
         "rc = main(['list', '--json'])\n"
         "heavy = sorted(m for m in ('tilelang', 'tvm', 'cutlass', 'torch') if m in sys.modules)\n"
         "print(json.dumps(heavy), file=sys.stderr)\n"
@@ -217,7 +217,7 @@ def test_a_misspelt_variable_is_named_once_with_a_did_you_mean(tmp_path: Path) -
 
 
 def test_list_check_flags_an_entry_point_that_is_not_a_kernel(capsys, fake_backend) -> None:
-    from warmkit._cli import main
+    from warmkit._cli.commands import main
 
     from . import _kernels
 

@@ -8,7 +8,7 @@ import pytest
 
 import warmkit
 from warmkit import BundleError
-from warmkit._cli import main
+from warmkit._cli.commands import main
 
 from ._bundle_backend import BundleBackend
 from .test_bundle import TARGET, entries, reg, rewrite, site  # noqa: F401 -- fixtures

@@ -10,9 +10,9 @@ import pytest
 from warmkit_triton import TritonBackend
 
 import warmkit
-from warmkit import _cli
 from warmkit._cache import upkeep as _cache
 from warmkit._cache.integrity import iter_entries
+from warmkit._cli import commands as _cli
 
 from ._fleet_child import SPACE, complete_entries, registry
 from ._kernels import Add

@@ -246,7 +246,7 @@ def test_two_hosts_with_trust_refuse_every_attack_and_compile_each_key_once(
 
 
 def _verify(cache: Path, capsys) -> tuple[int, dict]:
-    from warmkit._cli import main
+    from warmkit._cli.commands import main
 
     code = main(["cache", "verify", "--json", "--cache-dir", f"triton={cache}"])
     return code, json.loads(capsys.readouterr().out)["triton"]

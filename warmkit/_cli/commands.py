@@ -31,17 +31,17 @@ import traceback
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from ._cli_args import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, make_parser
-from ._cli_output import json_stdout, print_json
-from ._exceptions import (
+from .._exceptions import (
     BackendUnavailableError,
     BundleError,
     ManifestError,
     PluginLoadError,
     WarmupError,
 )
-from ._version import __version__
-from ._warmup.report import not_in_report
+from .._version import __version__
+from .._warmup.report import not_in_report
+from .args import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, make_parser
+from .output import json_stdout, print_json
 
 __all__ = ["main"]
 
@@ -49,7 +49,7 @@ logger = logging.getLogger(__name__)
 
 
 def _versions() -> str:
-    from ._plugin.discovery import BACKENDS_GROUP, KERNELS_GROUP, discover
+    from .._plugin.discovery import BACKENDS_GROUP, KERNELS_GROUP, discover
 
     lines = [f"warmkit {__version__}"]
     for group in (BACKENDS_GROUP, KERNELS_GROUP):
@@ -59,7 +59,7 @@ def _versions() -> str:
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
-    from ._plugin.discovery import BACKENDS_GROUP, KERNELS_GROUP, discover, get_backend
+    from .._plugin.discovery import BACKENDS_GROUP, KERNELS_GROUP, discover, get_backend
 
     backends = []
     for info in discover(BACKENDS_GROUP):
@@ -129,7 +129,7 @@ def _kernel_problem(name: str) -> dict[str, str]:
     installs and lists fine but plans nothing; ``list --check`` says so up
     front. Opt-in: loading a kernel imports its module (torch, for some).
     """
-    from ._plugin.discovery import load_kernel
+    from .._plugin.discovery import load_kernel
 
     try:
         load_kernel(name)
@@ -139,13 +139,13 @@ def _kernel_problem(name: str) -> dict[str, str]:
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
-    from ._registry.recorded import resolve_recorded
-    from ._registry.registry import WarmupRegistry
+    from .._registry.recorded import resolve_recorded
+    from .._registry.registry import WarmupRegistry
 
     registry = WarmupRegistry.load(args.manifest)
     target = args.target or _envs_target()
     if target is not None:
-        from ._warmup.orchestrate import check_target
+        from .._warmup.orchestrate import check_target
 
         backends = {r.kernel_cls.backend for r in registry} | {
             e.backend for e in registry.recorded()
@@ -188,8 +188,8 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
 def _plan_modules(registry: Any) -> list[Any]:
     """The modules a loaded manifest imported, with their distributions (``_manifest_modules``)."""
-    from ._plugin.discovery import kernel_ref
-    from ._registry.manifest.modules import manifest_modules
+    from .._plugin.discovery import kernel_ref
+    from .._registry.manifest.modules import manifest_modules
 
     classes = {r.kernel_cls for r in registry}
     refs = [kernel_ref(c) for c in classes] + [e.kernel for e in registry.recorded() if e.kernel]
@@ -198,8 +198,8 @@ def _plan_modules(registry: Any) -> list[Any]:
 
 def _tuning_notes(registry: Any, target: str | None) -> dict[tuple[str, str], str]:
     """(kernel, repr(key)) -> what its backend says about tuning (autotuned keys only)."""
-    from ._plugin.contract import TuningPlan
-    from ._plugin.discovery import call_hook, get_backend
+    from .._plugin.contract import TuningPlan
+    from .._plugin.discovery import call_hook, get_backend
 
     out: dict[tuple[str, str], str] = {}
     for name, (kernel, keys) in registry.resolve().items():
@@ -221,9 +221,9 @@ def _tuning_notes(registry: Any, target: str | None) -> dict[tuple[str, str], st
 
 
 def _cmd_warmup(args: argparse.Namespace) -> int:
-    from ._registry.registry import WarmupRegistry
-    from ._warmup.config import WarmupConfig
-    from ._warmup.orchestrate import warmup
+    from .._registry.registry import WarmupRegistry
+    from .._warmup.config import WarmupConfig
+    from .._warmup.orchestrate import warmup
 
     registry = WarmupRegistry.load(args.manifest)
     overrides: dict[str, Any] = {}
@@ -263,9 +263,9 @@ def _cmd_warmup(args: argparse.Namespace) -> int:
 
 
 def _cmd_bundle(args: argparse.Namespace) -> int:
-    from ._cache.bundle import inspect_bundle, install_bundle
-    from ._registry.registry import WarmupRegistry
-    from ._warmup.build import build_bundle
+    from .._cache.bundle import inspect_bundle, install_bundle
+    from .._registry.registry import WarmupRegistry
+    from .._warmup.build import build_bundle
 
     if args.bundle_command == "build":
         registry = WarmupRegistry.load(args.manifest)
@@ -319,7 +319,7 @@ def _cmd_bundle(args: argparse.Namespace) -> int:
     if args.bundle_command == "check":
         return _cmd_explain(args, bundle=args.bundle)
     if args.bundle_command == "keygen":
-        from ._cache.signing import generate_key
+        from .._cache.signing import generate_key
 
         private, public = generate_key(args.key)
         print(f"wrote private key {private} (keep it secret) and public key {public}")
@@ -377,8 +377,8 @@ def _cache_dirs(items: Sequence[str], known: Sequence[str] | None = None) -> dic
 
 def _cache_backends(args: argparse.Namespace) -> Iterator[tuple[str, Any, str]]:
     """``(name, backend, cache directory)`` of every usable backend with a persistent cache."""
-    from ._plugin.contract import BundleCapable, CacheProbe
-    from ._plugin.discovery import BACKENDS_GROUP, discover, get_backend
+    from .._plugin.contract import BundleCapable, CacheProbe
+    from .._plugin.discovery import BACKENDS_GROUP, discover, get_backend
 
     names = [info.name for info in discover(BACKENDS_GROUP)]
     dirs = _cache_dirs(getattr(args, "cache_dir", []), names)
@@ -394,9 +394,9 @@ def _cache_backends(args: argparse.Namespace) -> Iterator[tuple[str, Any, str]]:
 def _cmd_cache(args: argparse.Namespace) -> int:
     if args.cache_command != "verify":
         return _cmd_cache_upkeep(args)
-    from ._cache.fleet import provenance_check
-    from ._cache.integrity import iter_entries, verify_cache
-    from ._plugin.contract import entry_check
+    from .._cache.fleet import provenance_check
+    from .._cache.integrity import iter_entries, verify_cache
+    from .._plugin.contract import entry_check
 
     result: dict[str, Any] = {}
     for name, backend, root in _cache_backends(args):
@@ -440,7 +440,7 @@ def _command(args: argparse.Namespace) -> list[str]:
 def _run_child(cmd: list[str], env: dict[str, str]) -> int:
     import subprocess
 
-    from ._startup import hook_dir, hook_environment
+    from .startup import hook_dir, hook_environment
 
     with hook_dir() as tmp:
         try:
@@ -452,8 +452,8 @@ def _run_child(cmd: list[str], env: dict[str, str]) -> int:
 def _cmd_record(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from ._registry.recorded import Recorder, expand_path, read_recorded
-    from ._startup import nothing_recorded_hint, record_refusal
+    from .._registry.recorded import Recorder, expand_path, read_recorded
+    from .startup import nothing_recorded_hint, record_refusal
 
     cmd = _command(args)
     refusal = record_refusal(os.environ)
@@ -526,7 +526,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_explain(args: argparse.Namespace, bundle: str | None = None) -> int:
-    from ._cache.misses import explain, explanations_json
+    from .._cache.misses import explain, explanations_json
 
     dirs = _cache_dirs(getattr(args, "cache_dir", None) or [])
     found = explain(
@@ -544,9 +544,9 @@ def _cmd_explain(args: argparse.Namespace, bundle: str | None = None) -> int:
 
 
 def _cmd_coverage(args: argparse.Namespace) -> int:
-    from ._registry.coverage import coverage
-    from ._registry.recorded import read_recorded
-    from ._registry.registry import WarmupRegistry
+    from .._registry.coverage import coverage
+    from .._registry.recorded import read_recorded
+    from .._registry.registry import WarmupRegistry
 
     registry = WarmupRegistry.load(args.manifest)
     report = coverage(registry, read_recorded(args.recorded), target=args.target)
@@ -555,8 +555,8 @@ def _cmd_coverage(args: argparse.Namespace) -> int:
 
 
 def _cmd_cache_upkeep(args: argparse.Namespace) -> int:
-    from ._cache import upkeep as _cache
-    from ._plugin.contract import FleetCapable
+    from .._cache import upkeep as _cache
+    from .._plugin.contract import FleetCapable
 
     cmd = args.cache_command
     if cmd == "clear-store":
@@ -616,7 +616,7 @@ def _cmd_cache_upkeep(args: argparse.Namespace) -> int:
 
 
 def _cmd_clear_store(args: argparse.Namespace) -> int:
-    from ._cache.upkeep import clear_store
+    from .._cache.upkeep import clear_store
 
     result = clear_store(args.url, dry_run=args.dry_run)
     if args.json:
@@ -628,7 +628,7 @@ def _cmd_clear_store(args: argparse.Namespace) -> int:
 
 
 def _envs_target() -> str | None:
-    from . import _envs
+    from .. import _envs
 
     return _envs.get("WARMKIT_TARGET")
 

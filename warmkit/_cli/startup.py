@@ -30,8 +30,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from . import _envs
-from ._warmup.report import not_in_report
+from .. import _envs
+from .._warmup.report import not_in_report
 
 __all__ = ["hook_environment", "main", "nothing_recorded_hint", "record_refusal"]
 
@@ -39,9 +39,9 @@ logger = logging.getLogger(__name__)
 
 _HOOK = """\
 # Written by warmkit (warmkit record / warmkit run) for one child process; safe to delete.
-import warmkit._startup
+import warmkit._cli.startup
 
-warmkit._startup.main(__file__)
+warmkit._cli.startup.main(__file__)
 """
 
 
@@ -88,18 +88,18 @@ def main(hook_file: str | None = None) -> None:
     A failed warmup of ``WARMKIT_MANIFEST`` ends the process with exit code 1
     (after printing the report), before any of the command's code runs.
     """
-    from . import monitor
-    from ._registry.recorded import start_recording
+    from .. import monitor
+    from .._registry.recorded import start_recording
 
     _configure_logging()
     manifest = _envs.get("WARMKIT_MANIFEST")
     record = _envs.get("WARMKIT_RECORD")
     try:
         if manifest is not None:
-            from ._exceptions import WarmkitError
-            from ._registry.registry import WarmupRegistry
-            from ._warmup.config import WarmupConfig
-            from ._warmup.orchestrate import warmup
+            from .._exceptions import WarmkitError
+            from .._registry.registry import WarmupRegistry
+            from .._warmup.config import WarmupConfig
+            from .._warmup.orchestrate import warmup
 
             try:
                 overrides: dict[str, Any] = {"progress": "off"}
@@ -130,7 +130,7 @@ def main(hook_file: str | None = None) -> None:
                 report.monitor,
             )
         elif record is not None:
-            from ._plugin.discovery import load_every_backend
+            from .._plugin.discovery import load_every_backend
 
             mode = _envs.get("WARMKIT_MONITOR")
             start_recording(record)
@@ -171,7 +171,7 @@ def nothing_recorded_hint(exit_code: int) -> str | None:
     host without one Triton's launch fails with "0 active drivers"), so the
     command most likely failed for that reason. None when a backend sees a device.
     """
-    from ._plugin.discovery import discover, get_backend
+    from .._plugin.discovery import discover, get_backend
 
     for info in discover("warmkit.backends"):
         try:

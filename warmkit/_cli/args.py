@@ -11,7 +11,7 @@ import argparse
 import sys
 from typing import Any, NoReturn
 
-from ._envs import MONITOR_MODES, ON_ERROR_MODES
+from .._envs import MONITOR_MODES, ON_ERROR_MODES
 
 __all__ = ["EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE", "make_parser"]
 
