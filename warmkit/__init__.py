@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import metrics, monitor
 from ._cache.fleet import Fleet, current_fleet
-from ._cache.misses import ExplainsMisses, Explanation, explain
+from ._cache.misses import ExplainsMisses, Explanation
 from ._envs import EnvVar
 from ._exceptions import (
     BackendNotImplementedError,
@@ -70,6 +70,7 @@ from ._registry.registry import (
 from ._registry.space import Choices, DispatchInfo, IntRange, ZipGroup, zip_inputs
 from ._version import __version__
 from ._warmup.config import WarmupConfig
+from ._warmup.explain import explain
 from ._warmup.orchestrate import warmup
 from ._warmup.prepare import prepare
 from ._warmup.report import ReportEntry, WarmupReport

@@ -1,9 +1,11 @@
 """Why a key misses: the factor that differs from the nearest entry that exists, with both values.
 
-``warmkit explain`` and ``warmkit bundle check`` take a manifest's keys
-(declared and recorded) and a bundle or a cache directory, and say per key
-whether this host (or ``--target``) will find its entry there, and if not,
-why. Nothing compiles and no GPU is needed.
+Per key, against a bundle's or a cache directory's entries: whether this host
+(or a target) will find its entry there, and if not, why (``explain_key``);
+``miss_reason`` is the one line a runtime miss carries. Nothing compiles and
+no GPU is needed. Going over a manifest's keys is ``warmkit._warmup.explain``'s
+(``warmkit explain``, ``warmkit bundle check``), a layer above: it loads the
+manifest.
 
 * The backend level, from any ``BundleCapable`` backend (Triton, TileLang,
   CuTe DSL): a bundle's recorded fingerprint (backend version, target,
@@ -24,18 +26,28 @@ A backend that cannot name a key's entry without compiling says so
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
-import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
-from .._plugin.contract import BundleCapable, FleetCapable, _Capability, target_scope
+from .._plugin.contract import BundleCapable, FleetCapable, _Capability
 
-__all__ = ["ExplainsMisses", "Explanation", "explain", "miss_reason", "nearest_difference"]
+__all__ = [
+    "Entries",
+    "ExplainsMisses",
+    "Explanation",
+    "bundle_entries",
+    "cache_entries",
+    "entry_factor_map",
+    "explain_key",
+    "fingerprint_miss",
+    "kernel_name",
+    "miss_reason",
+    "nearest_difference",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -132,20 +144,20 @@ def nearest_difference(
 
 
 @attrs.frozen
-class _Entries:
+class Entries:
     label: str  # "bundle x.wkb" / "cache /dir"
     fingerprint: Mapping[str, str] | None  # a bundle's, per backend; None for a cache directory
     files: Mapping[str, Mapping[str, bytes]]  # entry name -> its small files
 
 
-def _bundle_entries(path: Path, backend: str) -> _Entries:
+def bundle_entries(path: Path, backend: str) -> Entries:
     from .bundle import _open
 
     files: dict[str, dict[str, bytes]] = {}
     with _open(path) as (tar, meta, _p):
         info = meta["backends"].get(backend)
         if info is None:
-            return _Entries(f"bundle {path}", None, {})
+            return Entries(f"bundle {path}", None, {})
         prefix = f"backends/{backend}/"
         for member in tar:
             if not member.isfile() or not member.name.startswith(prefix):
@@ -157,10 +169,10 @@ def _bundle_entries(path: Path, backend: str) -> _Entries:
                 f = tar.extractfile(member)
                 if f is not None:
                     files[entry][parts[-1]] = f.read()
-        return _Entries(f"bundle {path}", dict(info.get("fingerprint", {})), files)
+        return Entries(f"bundle {path}", dict(info.get("fingerprint", {})), files)
 
 
-def _cache_entries(root: Path) -> _Entries:
+def cache_entries(root: Path) -> Entries:
     from .integrity import iter_entries
 
     files: dict[str, dict[str, bytes]] = {}
@@ -170,26 +182,10 @@ def _cache_entries(root: Path) -> _Entries:
             for p in d.iterdir()
             if p.suffix == ".json" and p.is_file() and p.stat().st_size < 1 << 20
         }
-    return _Entries(f"cache {root}", None, files)
+    return Entries(f"cache {root}", None, files)
 
 
-# -- the manifest's keys ------------------------------------------------------------------------------
-
-
-def _items(registry: Any) -> Iterator[tuple[str | None, Any, Any, str | None]]:
-    """``(backend, kernel, key, error)`` of every key of ``registry``, declared then recorded."""
-    from .._registry.recorded import resolve_recorded
-
-    for inst, keys in registry.resolve().values():
-        for k in keys:
-            yield type(inst).backend, inst, k, None
-    for item in resolve_recorded(registry.recorded()):
-        if item.entry.replayable:
-            err = None if item.error is None else str(item.error)
-            yield item.entry.backend, item.kernel, item.key, err
-
-
-def _name(kernel: Any) -> str:
+def kernel_name(kernel: Any) -> str:
     return str(getattr(type(kernel), "name", type(kernel).__qualname__))
 
 
@@ -213,8 +209,8 @@ def _fingerprint_order(fields: Sequence[str]) -> list[str]:
     return [f for _, f in sorted(enumerate(fields), key=rank)]
 
 
-def _fingerprint_miss(
-    entries: _Entries, backend: Any, target: str | None
+def fingerprint_miss(
+    entries: Entries, backend: Any, target: str | None
 ) -> tuple[str, str, str] | None:
     if entries.fingerprint is None:
         return None
@@ -227,16 +223,16 @@ def _fingerprint_miss(
     return None
 
 
-def _one(
+def explain_key(
     backend_name: str | None,
     backend: Any,
     kernel: Any,
     key: Any,
     target: str | None,
-    entries: _Entries,
+    entries: Entries,
     factors: dict[str, Mapping[str, str]],
 ) -> Explanation:
-    name, text = _name(kernel), repr(key)
+    name, text = kernel_name(kernel), repr(key)
     if not isinstance(backend, FleetCapable):
         return Explanation(
             backend_name, name, text, "unknown",
@@ -272,7 +268,7 @@ def _nearest_reason(
     kernel: Any,
     key: Any,
     target: str | None,
-    entries: _Entries,
+    entries: Entries,
     factors: Mapping[str, Mapping[str, str]],
     entry: str | None,
 ) -> tuple[str, tuple[str, str, str, str] | None]:
@@ -283,7 +279,7 @@ def _nearest_reason(
     fp = _fingerprint_order(list(entries.fingerprint or backend.cache_fingerprint(target)))
     near = nearest_difference(here, factors, fp)
     if near is None:
-        return f"the {entries.label} has no entry of kernel {_name(kernel)}", None
+        return f"the {entries.label} has no entry of kernel {kernel_name(kernel)}", None
     ent, factor, there_v, here_v = near
     if not factor:
         return f"no entry {entry}; nearest {ent} agrees on every factor warmkit sees", near
@@ -300,122 +296,17 @@ def miss_reason(backend: Any, kernel: Any, key: Any, target: str | None) -> str 
     if not (isinstance(backend, ExplainsMisses) and isinstance(backend, BundleCapable)):
         return None
     try:
-        entries = _cache_entries(Path(backend.cache_dir()))
-        factors = _entry_factor_map(backend, entries)
+        entries = cache_entries(Path(backend.cache_dir()))
+        factors = entry_factor_map(backend, entries)
         return _nearest_reason(backend, kernel, key, target, entries, factors, None)[0]
     except Exception as exc:  # noqa: BLE001 -- a reason is a courtesy; the miss is reported anyway
-        logger.debug("no miss reason for %s %r: %s", _name(kernel), key, exc)
+        logger.debug("no miss reason for %s %r: %s", kernel_name(kernel), key, exc)
         return None
 
 
-def _entry_factor_map(backend: Any, entries: _Entries) -> dict[str, Mapping[str, str]]:
+def entry_factor_map(backend: Any, entries: Entries) -> dict[str, Mapping[str, str]]:
     factors: dict[str, Mapping[str, str]] = {}
     for name, files in entries.files.items():
         with contextlib.suppress(ValueError, KeyError, TypeError):
             factors[name] = dict(backend.entry_factors(files))
     return factors
-
-
-def explain(
-    manifest: str | os.PathLike[str] | None = None,
-    *,
-    bundle: str | os.PathLike[str] | None = None,
-    cache_dirs: Mapping[str, str | os.PathLike[str]] | None = None,
-    target: str | None = None,
-    kernel: str | None = None,
-    key: str | None = None,
-) -> list[Explanation]:
-    """Say, per key of ``manifest``, whether this host (or ``target``) finds its entry, and why not.
-
-    Args:
-        manifest: a manifest (declared and recorded keys); default: the
-            manifest a ``bundle`` carries.
-        bundle: a ``.wkb`` to check against; else each backend's cache
-            directory (``cache_dirs`` overrides it per backend).
-        target: the target the keys are for; default: the bundle's target,
-            else this host's device.
-        kernel: only this kernel's keys.
-        key: only keys whose text contains this.
-
-    Returns:
-        One :class:`Explanation` per key.
-
-    Raises:
-        BundleError: not a readable bundle.
-        ManifestError: an unreadable manifest.
-    """
-    from .._plugin.discovery import get_backend
-    from .._registry.identity import pins_scope
-    from .._warmup.config import WarmupConfig
-
-    registry, target = _registry_and_target(manifest, bundle, target)
-    out: list[Explanation] = []
-    sources: dict[str | None, tuple[Any, _Entries, dict[str, Mapping[str, str]]] | None] = {}
-    with pins_scope(registry, WarmupConfig(target=target)), target_scope(target):
-        for backend_name, inst, k, error in _items(registry):
-            name = _name(inst) if inst is not None else "?"
-            if (kernel and name != kernel) or (key and key not in repr(k)):
-                continue
-            if error is not None or inst is None:
-                out.append(Explanation(backend_name, name, repr(k), "miss", error))
-                continue
-            if backend_name not in sources:
-                sources[backend_name] = _source(backend_name, get_backend, bundle, cache_dirs)
-            src = sources[backend_name]
-            if src is None:
-                out.append(Explanation(backend_name, name, repr(k), "unknown", "no cache"))
-                continue
-            backend, entries, factors = src
-            fp = _fingerprint_miss(entries, backend, target)
-            if fp is not None:
-                field, there_v, here_v = fp
-                reason = f"the {entries.label} was built for {field} {there_v}, here {here_v}"
-                out.append(
-                    Explanation(backend_name, name, repr(k), "miss", reason, field, there_v, here_v)
-                )
-                continue
-            out.append(_one(backend_name, backend, inst, k, target, entries, factors))
-    return out
-
-
-def _registry_and_target(manifest: Any, bundle: Any, target: str | None) -> tuple[Any, str | None]:
-    from .._registry.registry import WarmupRegistry
-
-    if bundle is not None and (manifest is None or target is None):
-        from .bundle import _open
-
-        with _open(bundle) as (_tar, meta, _p):
-            embedded, bundle_target = meta.get("manifest"), meta.get("target")
-        target = target if target is not None else bundle_target
-        if manifest is None:
-            if embedded is None:
-                raise ValueError(f"bundle {bundle} carries no manifest; pass --manifest")
-            return WarmupRegistry.from_dict(embedded, path=bundle), target
-    if manifest is None:
-        raise ValueError("explain needs a manifest, or a bundle that carries one")
-    return WarmupRegistry.load(manifest), target
-
-
-def _source(
-    backend_name: str | None, get_backend: Any, bundle: Any, cache_dirs: Any
-) -> tuple[Any, _Entries, dict[str, Mapping[str, str]]] | None:
-    if backend_name is None:
-        return None
-    backend = get_backend(backend_name)
-    if not isinstance(backend, BundleCapable):
-        return None
-    if bundle is not None:
-        entries = _bundle_entries(Path(bundle), backend_name)
-    else:
-        root = (cache_dirs or {}).get(backend_name) or backend.cache_dir()
-        entries = _cache_entries(Path(root))
-    factors = _entry_factor_map(backend, entries) if isinstance(backend, ExplainsMisses) else {}
-    return backend, entries, factors
-
-
-def explanations_json(items: Sequence[Explanation]) -> str:
-    """The ``--json`` form: ``{"keys": [...], "misses": n}``."""
-    return json.dumps(
-        {"keys": [e.to_dict() for e in items], "misses": sum(e.status == "miss" for e in items)},
-        indent=2,
-    )

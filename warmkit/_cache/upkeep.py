@@ -8,7 +8,7 @@ shape and move entries between it and a shared store (``docs/fleet.md``):
 * ``prune_cache``: remove the stale, those older than an age, or the least
   recently used until the cache fits a size; each entry disappears with one
   rename, so a reader never sees half of one; the entries a manifest needs
-  (``manifest_entries``, ``--keep``) are never removed;
+  (``--keep``: ``warmkit._warmup.explain.manifest_entries``) are never removed;
 * ``push_cache`` / ``pull_cache``: copy complete entries to / from a store,
   verified on the way in exactly as a warmup's fetch is.
 
@@ -35,7 +35,6 @@ from .integrity import iter_entries
 
 __all__ = [
     "cache_info",
-    "manifest_entries",
     "parse_age",
     "parse_size",
     "prune_cache",
@@ -129,7 +128,7 @@ def prune_cache(
     recently used until the cache holds at most ``max_size`` bytes.
 
     Args:
-        keep: entry directory names never to remove (``manifest_entries``), each
+        keep: entry directory names never to remove (``explain.manifest_entries``), each
             with what needs it.
 
     Returns:
@@ -178,50 +177,6 @@ def prune_cache(
         "kept": len(left),
         "bytes": total,
     }
-
-
-def manifest_entries(
-    backend_name: str, backend: Any, manifest: str | os.PathLike[str], target: str | None
-) -> dict[str, str]:
-    """The cache entries of ``backend`` that ``manifest``'s keys need: ``{entry dir name: key}``.
-
-    Each key's entry comes from ``FleetCapable.entry_key`` (no compile), with
-    the manifest's pinned identity applied as a warmup applies it.
-
-    Raises:
-        ValueError: a key of this backend whose entry cannot be known here (its
-            kernel does not import, it is autotuned ...): keeping the manifest's
-            entries could not be promised, so nothing is pruned.
-    """
-    from .._plugin.contract import target_scope
-    from .._registry.identity import pins_scope
-    from .._registry.recorded import resolve_recorded
-    from .._registry.registry import WarmupRegistry
-    from .._warmup.config import WarmupConfig
-
-    if not isinstance(backend, FleetCapable):
-        return {}
-    registry = WarmupRegistry.load(manifest)
-    items = [(inst, k) for inst, keys in registry.resolve().values() for k in keys]
-    for item in resolve_recorded(registry.recorded()):
-        if item.entry.backend == backend_name and item.entry.replayable:
-            if item.error is not None:
-                raise ValueError(f"--keep {manifest}: recorded {item.entry.name}: {item.error}")
-            items.append((item.kernel, item.key))
-    out: dict[str, str] = {}
-    with pins_scope(registry, WarmupConfig(target=target)), target_scope(target):
-        for kernel, key in items:
-            if getattr(type(kernel), "backend", backend_name) != backend_name:
-                continue
-            ek = backend.entry_key(kernel, key, target)
-            if ek is None:
-                raise ValueError(
-                    f"--keep {manifest}: the cache entry of kernel {type(kernel).name!r} key "
-                    f"{key!r} cannot be known without compiling it (autotuned, or its function "
-                    "does not import here), so its entry cannot be kept; nothing was pruned"
-                )
-            out[Path(backend.entry_dir(ek)).name] = f"{type(kernel).name} {key!r}"
-    return out
 
 
 def push_cache(

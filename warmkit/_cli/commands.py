@@ -145,7 +145,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     registry = WarmupRegistry.load(args.manifest)
     target = args.target or _envs_target()
     if target is not None:
-        from .._warmup.orchestrate import check_target
+        from .._plugin.discovery import check_target
 
         backends = {r.kernel_cls.backend for r in registry} | {
             e.backend for e in registry.recorded()
@@ -526,7 +526,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_explain(args: argparse.Namespace, bundle: str | None = None) -> int:
-    from .._cache.misses import explain, explanations_json
+    from .._warmup.explain import explain, explanations_json
 
     dirs = _cache_dirs(getattr(args, "cache_dir", None) or [])
     found = explain(
@@ -557,6 +557,7 @@ def _cmd_coverage(args: argparse.Namespace) -> int:
 def _cmd_cache_upkeep(args: argparse.Namespace) -> int:
     from .._cache import upkeep as _cache
     from .._plugin.contract import FleetCapable
+    from .._warmup.explain import manifest_entries
 
     cmd = args.cache_command
     if cmd == "clear-store":
@@ -575,7 +576,7 @@ def _cmd_cache_upkeep(args: argparse.Namespace) -> int:
         if cmd == "info":
             result[name] = _cache.cache_info(backend, root)
         elif cmd == "prune":
-            keep = args.keep and _cache.manifest_entries(name, backend, args.keep, args.target)
+            keep = args.keep and manifest_entries(name, backend, args.keep, args.target)
             result[name] = _cache.prune_cache(backend, root, keep=keep or None, **limits)
         elif not isinstance(backend, FleetCapable):
             continue  # cannot address its entries in a store

@@ -27,7 +27,7 @@ import os
 import re
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
@@ -41,7 +41,7 @@ from .._exceptions import (
     PluginLoadError,
     WarmkitError,
 )
-from .contract import Backend, missing_members
+from .contract import Backend, CanonicalTargets, missing_members
 
 if TYPE_CHECKING:
     from importlib.metadata import EntryPoint
@@ -51,6 +51,7 @@ __all__ = [
     "KERNELS_GROUP",
     "PluginInfo",
     "call_hook",
+    "check_target",
     "discover",
     "get_backend",
     "kernel_ref",
@@ -515,3 +516,29 @@ def call_hook(plugin: str | None, hook: str, fn: Callable[..., Any], *args: Any)
     except Exception as exc:
         where = f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', hook)}"
         raise PluginError(plugin, hook, where, exc) from exc
+
+
+def check_target(target: str | None, backends: Sequence[str]) -> None:
+    """The one check of a target, for ``warmup``, ``plan`` and ``bundle build``: before any compile.
+
+    Each backend that can spell targets (``canonical_target``) must accept
+    ``target``; a backend that cannot be loaded is left to the compile, which
+    reports it per key.
+
+    Raises:
+        ValueError: a backend rejects the target; the message names both and the accepted forms.
+    """
+    if target is None:
+        return
+    for name in backends:
+        try:
+            backend = get_backend(name)
+        except Exception as exc:  # noqa: BLE001 -- reported per key, with its install hint
+            logger.debug("target check skipped for backend %s: %s", name, exc)
+            continue
+        if not isinstance(backend, CanonicalTargets):
+            continue
+        try:
+            backend.canonical_target(target)
+        except (ValueError, TypeError) as exc:
+            raise ValueError(f"target {target!r} (backend {name!r}): {exc}") from exc

@@ -209,8 +209,7 @@ def coverage(
         Whatever planning the declared registrations raises (a registration
         that no longer plans is an error, not "uncovered").
     """
-    from .._plugin.discovery import call_hook, get_backend, kernel_ref
-    from .._warmup.orchestrate import check_target
+    from .._plugin.discovery import call_hook, check_target, get_backend, kernel_ref
 
     entries = list(run)
     resolved = registry.resolve()

@@ -20,6 +20,7 @@ from .._compat import ast_parse_serialized, known_frozen, process_froze_objects
 from .._exceptions import BackendUnavailableError, WarmupError
 from .._kernel import memo as _memo
 from .._plugin.contract import CanonicalTargets, reported_tuning
+from .._plugin.discovery import check_target
 from .._registry import identity as _identity
 from .._registry.recorded import resolve_recorded, start_recording
 from .._registry.registry import _gc_paused
@@ -666,34 +667,6 @@ def _plugin_call(name: str | None, hook: str, method: Callable[..., Any], *args:
     from .._plugin.discovery import call_hook
 
     return call_hook(name, hook, method, *args)
-
-
-def check_target(target: str | None, backends: Sequence[str]) -> None:
-    """The one check of a target, for ``warmup``, ``plan`` and ``bundle build``: before any compile.
-
-    Each backend that can spell targets (``canonical_target``) must accept
-    ``target``; a backend that cannot be loaded is left to the compile, which
-    reports it per key.
-
-    Raises:
-        ValueError: a backend rejects the target; the message names both and the accepted forms.
-    """
-    if target is None:
-        return
-    from .._plugin.discovery import get_backend
-
-    for name in backends:
-        try:
-            backend = get_backend(name)
-        except Exception as exc:  # noqa: BLE001 -- reported per key, with its install hint
-            logger.debug("target check skipped for backend %s: %s", name, exc)
-            continue
-        if not isinstance(backend, CanonicalTargets):
-            continue
-        try:
-            backend.canonical_target(target)
-        except (ValueError, TypeError) as exc:
-            raise ValueError(f"target {target!r} (backend {name!r}): {exc}") from exc
 
 
 def _check_backend_names(names: tuple[str, ...] | None) -> None:
