@@ -1,4 +1,9 @@
-"""The core's modules import each other without cycles (read from their import statements)."""
+"""The core's layers, read from its import statements: folders in order, no cycles.
+
+Each top-level module or folder of ``warmkit/`` has a layer; a module imports
+only modules of its own layer or lower ones, and the registry and the cache
+(same layer) never import each other. ``docs/architecture.md`` says why.
+"""
 
 from __future__ import annotations
 
@@ -93,6 +98,73 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
         if node not in state and (found := visit(node)):
             return found
     return None
+
+
+#: Lowest first. A new top-level module or folder must be placed here (a test says so).
+LAYERS: list[set[str]] = [
+    {"_version", "_exceptions", "_envs", "_compat", "metrics"},  # leaves: import no warmkit module
+    {"_plugin"},  # the contract with backends, discovery
+    {"_registry", "_cache", "monitor"},  # what to compile / where compiled code lives
+    {"_kernel"},  # JitKernel: registers, records, compiles through a backend, reads the cache
+    {"_warmup"},  # orchestration over all of the above
+    {"_cli", "__main__"},  # the warmkit command
+    {"__init__", "testing"},  # the public facade and test seams
+]
+#: Pairs of one layer that must not import each other either.
+APART = [("_registry", "_cache")]
+#: At most this many top-level modules and folders (issue 28: the layers are folders).
+MAX_TOP_LEVEL = 15
+
+
+def top(module: str) -> str:
+    return module.split(".")[0]
+
+
+def layer_violations(graph: dict[str, set[str]]) -> list[str]:
+    """Every import that goes up a layer, or across an ``APART`` pair."""
+    layer = {name: i for i, names in enumerate(LAYERS) for name in names}
+    apart = {frozenset(pair) for pair in APART}
+    out = []
+    for module, edges in sorted(graph.items()):
+        for edge in sorted(edges):
+            a, b = top(module), top(edge)
+            if layer[b] > layer[a]:
+                out.append(f"{module} (layer {layer[a]}) imports {edge} (layer {layer[b]})")
+            elif frozenset((a, b)) in apart:
+                out.append(f"{module} imports {edge}: {a} and {b} never import each other")
+    return out
+
+
+def test_every_top_level_module_and_folder_has_a_layer():
+    tops = {top(m) for m in core_modules()}
+    placed = set().union(*LAYERS)
+    assert tops <= placed, (
+        f"put {sorted(tops - placed)} in LAYERS (tests/core/test_import_graph.py)"
+    )
+    assert len(tops) <= MAX_TOP_LEVEL, f"{len(tops)} top-level modules and folders: {sorted(tops)}"
+
+
+def test_no_module_imports_a_higher_layer():
+    bad = layer_violations(import_graph())
+    assert not bad, "imports against the layer order (docs/architecture.md):\n" + "\n".join(bad)
+
+
+def test_the_layer_check_sees_an_import_up_and_across():
+    graph = {
+        "_plugin.contract": {"_warmup.config", "_exceptions"},
+        "_cache.fleet": {"_registry.recorded", "_plugin.contract", "metrics"},
+        "_warmup.orchestrate": {"_cache.fleet", "_registry.recorded", "monitor"},
+    }
+    assert layer_violations(graph) == [
+        "_cache.fleet imports _registry.recorded: _cache and _registry never import each other",
+        "_plugin.contract (layer 1) imports _warmup.config (layer 4)",
+    ]
+
+
+def test_package_inits_import_nothing():
+    """A folder's ``__init__`` is only its docstring: importing one module never imports its siblings."""
+    inits = {m: e for m, e in import_graph().items() if core_modules()[m].name == "__init__.py"}
+    assert not {m: e for m, e in inits.items() if m != "__init__" and e}
 
 
 def test_the_core_import_graph_has_no_cycle():
