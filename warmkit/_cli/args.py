@@ -68,6 +68,16 @@ def make_parser() -> argparse.ArgumentParser:
     p.set_defaults(verbose=0)
     sub = p.add_subparsers(dest="command", parser_class=_Parser)
 
+    _add_manifest_commands(sub)
+    _add_bundle_commands(sub)
+    _add_cache_commands(sub)
+    _add_process_commands(sub)
+    _add_check_commands(sub)
+    return p
+
+
+def _add_manifest_commands(sub: Any) -> None:
+    """``list``, ``plan``, ``warmup``: what is installed, and a manifest's keys planned or compiled."""
     s = sub.add_parser("list", help="installed backends and kernels")
     s.add_argument(
         "--check",
@@ -99,6 +109,9 @@ def make_parser() -> argparse.ArgumentParser:
     )
     s.add_argument("--json", action="store_true", help=_JSON)
 
+
+def _add_bundle_commands(sub: Any) -> None:
+    """``bundle build|install|keygen|check|inspect``."""
     s = sub.add_parser("bundle", help="build, install or inspect precompiled bundles")
     bsub = s.add_subparsers(dest="bundle_command", parser_class=_Parser, required=True)
     b = bsub.add_parser("build", help="compile a manifest's keys and pack the cache entries")
@@ -142,6 +155,9 @@ def make_parser() -> argparse.ArgumentParser:
     b.add_argument("bundle", help=_BUNDLE)
     b.add_argument("--json", action="store_true", help=_JSON)
 
+
+def _add_cache_commands(sub: Any) -> None:
+    """``cache verify|info|prune|push|pull|clear-store``."""
     s = sub.add_parser("cache", help="check the backends' persistent compile caches")
     csub = s.add_subparsers(dest="cache_command", parser_class=_Parser, required=True)
     c = csub.add_parser(
@@ -183,6 +199,9 @@ def make_parser() -> argparse.ArgumentParser:
     c.add_argument("--dry-run", action="store_true", help="say what would go; delete nothing")
     c.add_argument("--json", action="store_true", help=_JSON)
 
+
+def _add_process_commands(sub: Any) -> None:
+    """``record`` and ``run``: a command run under warmkit (the startup hook)."""
     s = sub.add_parser("record", help="run a command, recording every runtime JIT compile")
     s.add_argument("-o", "--output", required=True, help="the manifest to record into ({rank} ok)")
     s.add_argument("--monitor", choices=("warn", "error"), help="monitor mode in the command")
@@ -195,6 +214,9 @@ def make_parser() -> argparse.ArgumentParser:
     s.add_argument("--record", help="also record runtime compiles into this manifest")
     s.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
 
+
+def _add_check_commands(sub: Any) -> None:
+    """``explain`` and ``coverage``: checks of a manifest, nothing compiles."""
     s = sub.add_parser("explain", help="say why a manifest's keys miss a bundle or a cache")
     s.add_argument("manifest", help="a manifest (declared or recorded keys)")
     s.add_argument("--bundle", help="check against this bundle (default: the backends' caches)")
@@ -209,7 +231,6 @@ def make_parser() -> argparse.ArgumentParser:
     s.add_argument("--recorded", required=True, help="the manifest `warmkit record` wrote")
     s.add_argument("--target", help="target to specialize declared keys for (default cuda:90)")
     s.add_argument("--json", action="store_true", help=_JSON)
-    return p
 
 
 def _cache_dir_option(
