@@ -34,7 +34,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 __all__ = ["ABANDONED", "CANCELLED", "NOT_ATTEMPTED", "exit_on_second_sigint", "run"]
 
@@ -112,88 +112,126 @@ def run(
     """
     if not items:
         return
-    jobs: queue.SimpleQueue[int] = queue.SimpleQueue()
-    for i in range(len(items)):
-        jobs.put(i)
-    lock = threading.Lock()  # serialises the callbacks; guards the state below
-    cond = threading.Condition(lock)  # an item finished, or the run closed
-    finished = threading.Event()
-    reported = bytearray(len(items))  # 1 once the item's callback ran
-    left = [len(items)]
-    running: dict[int, float] = {}  # item -> when it started
-    abandoned: set[int] = set()
-    state: dict[str, Any] = {"closed": False, "error": None}
-    ctx = contextvars.copy_context()
+    state = _Run(items, fn, on_done, on_timeout, on_unrun)
+    # One thread to start with; each other starts only once the running items are slow
+    # (all have run SPILL_SECONDS): cheap items never pay for a second thread's wake-ups.
+    state.start()
+    try:
+        state.supervise(min(workers, len(items)) - 1, timeout)
+    except KeyboardInterrupt:
+        state.cancel()
+        raise
+    # `finished` is set by the last report(), before that item's callback has run (under
+    # the lock): take the lock, so every callback has run and its error is seen here.
+    with state.lock:
+        error = state.error
+    if error is not None:
+        raise error
 
-    def report(i: int) -> None:  # holding the lock
-        reported[i] = 1
-        left[0] -= 1
-        if not left[0]:
-            finished.set()
 
-    def close() -> None:  # holding the lock: nothing more is reported, no item starts
-        state["closed"] = True
-        finished.set()
-        cond.notify_all()
+class _Run(Generic[T]):
+    """One ``run``: its queue, what runs since when, and which items were reported.
 
-    def drain(reason: str) -> None:  # holding the lock
+    Every method that says "holding the lock" is called with ``lock`` held; the
+    callbacks run only there, so they run one at a time.
+    """
+
+    def __init__(
+        self,
+        items: Sequence[T],
+        fn: Callable[[T], Any],
+        on_done: Callable[[T, Any], bool],
+        on_timeout: Callable[[T, float], None],
+        on_unrun: Callable[[T, str], None],
+    ) -> None:
+        self.items, self.fn = items, fn
+        self.on_done, self.on_timeout, self.on_unrun = on_done, on_timeout, on_unrun
+        self.jobs: queue.SimpleQueue[int] = queue.SimpleQueue()
+        for i in range(len(items)):
+            self.jobs.put(i)
+        self.lock = threading.Lock()  # serialises the callbacks; guards the state below
+        self.cond = threading.Condition(self.lock)  # an item finished, or the run closed
+        self.finished = threading.Event()
+        self.reported = bytearray(len(items))  # 1 once the item's callback ran
+        self.left = len(items)
+        self.running: dict[int, float] = {}  # item -> when it started
+        self.abandoned: set[int] = set()
+        self.closed = False
+        self.error: BaseException | None = None
+        self.ctx = contextvars.copy_context()
+
+    def report(self, i: int) -> None:  # holding the lock
+        self.reported[i] = 1
+        self.left -= 1
+        if not self.left:
+            self.finished.set()
+
+    def close(self) -> None:  # holding the lock: nothing more is reported, no item starts
+        self.closed = True
+        self.finished.set()
+        self.cond.notify_all()
+
+    def drain(self, reason: str) -> None:  # holding the lock
         while True:
             try:
-                i = jobs.get_nowait()
+                i = self.jobs.get_nowait()
             except queue.Empty:
                 return
-            on_unrun(items[i], reason)  # then reported: a Ctrl-C between never loses it
-            report(i)
+            self.on_unrun(self.items[i], reason)  # then reported: a Ctrl-C between never loses it
+            self.report(i)
 
-    def take() -> int | None:  # holding the lock: the next item, or None to exit
-        while not state["closed"]:
+    def take(self) -> int | None:  # holding the lock: the next item, or None to exit
+        running = self.running
+        while not self.closed:
             now = time.monotonic()
             if not running or now - max(running.values()) >= SPILL_SECONDS:
                 try:
-                    i = jobs.get_nowait()
+                    i = self.jobs.get_nowait()
                 except queue.Empty:
                     return None
                 running[i] = now
                 return i
-            cond.wait(SPILL_SECONDS)
+            self.cond.wait(SPILL_SECONDS)
         return None
 
-    def worker() -> None:
+    def worker(self) -> None:
         shield_children_from_sigint()
+        lock, items, fn, ctx = self.lock, self.items, self.fn, self.ctx
         with lock:
-            i = take()
+            i = self.take()
         while i is not None:
             try:
                 result, ok = ctx.copy().run(fn, items[i]), True
             except BaseException as exc:  # noqa: BLE001 -- handed to the calling thread
                 result, ok = exc, False
             with lock:  # one hold: this item's callback, then the next item
-                running.pop(i, None)
-                if i in abandoned or state["closed"]:
+                self.running.pop(i, None)
+                if i in self.abandoned or self.closed:
                     return  # timed out (a replacement runs) or cancelled: dropped
-                report(i)
+                self.report(i)
                 if not ok:
-                    state["error"] = result
-                    close()
+                    self.error = result
+                    self.close()
                     return
                 try:
-                    if on_done(items[i], result):
-                        drain(NOT_ATTEMPTED)
+                    if self.on_done(items[i], result):
+                        self.drain(NOT_ATTEMPTED)
                 except BaseException as exc:  # noqa: BLE001 -- handed to the calling thread
-                    state["error"] = exc
-                    close()
+                    self.error = exc
+                    self.close()
                     return
-                i = take()
+                i = self.take()
 
-    def start() -> None:
-        threading.Thread(target=worker, name="warmkit-compile", daemon=True).start()
+    def start(self) -> None:
+        threading.Thread(target=self.worker, name="warmkit-compile", daemon=True).start()
 
-    # One thread to start with; each other starts only once the running items are slow
-    # (all have run SPILL_SECONDS): cheap items never pay for a second thread's wake-ups.
-    idle = min(workers, len(items)) - 1  # threads not started yet
-    start()
-    try:
-        while not finished.wait(SPILL_SECONDS if idle else _POLL):
+    def supervise(self, idle: int, timeout: float | None) -> None:
+        """In the calling thread until every item is reported: start threads, time items out.
+
+        ``idle``: threads not started yet.
+        """
+        running, lock = self.running, self.lock
+        while not self.finished.wait(SPILL_SECONDS if idle else _POLL):
             now = time.monotonic()
             # read without the lock, so cheap items never wait for this thread; the lock only
             # to start a thread (a concurrent change of `running`, possible without a GIL,
@@ -204,36 +242,33 @@ def run(
                 newest = now
             if idle and now - newest >= SPILL_SECONDS:
                 with lock:
-                    if not state["closed"] and not jobs.empty():
+                    if not self.closed and not self.jobs.empty():
                         idle -= 1
-                        start()
-            if timeout is None:
-                continue
-            with lock:
-                late = [(j, now - t0) for j, t0 in running.items() if now - t0 > timeout]
-                for j, secs in late:
-                    if state["closed"]:
-                        break
-                    abandoned.add(j)
-                    del running[j]
-                    on_timeout(items[j], secs)
-                    report(j)
-                    start()  # the abandoned thread's replacement
-    except KeyboardInterrupt:
-        with lock:
-            close()
-            drain(CANCELLED)
-            for i in range(len(items)):
-                if not reported[i]:
-                    on_unrun(items[i], CANCELLED)  # running now: abandoned
-                    report(i)
-        raise
-    # `finished` is set by the last report(), before that item's callback has run (under
-    # the lock): take the lock, so every callback has run and its error is seen here.
-    with lock:
-        error = state["error"]
-    if error is not None:
-        raise error
+                        self.start()
+            if timeout is not None:
+                with lock:
+                    self.time_out(now, timeout)
+
+    def time_out(self, now: float, timeout: float) -> None:  # holding the lock
+        late = [(j, now - t0) for j, t0 in self.running.items() if now - t0 > timeout]
+        for j, secs in late:
+            if self.closed:
+                break
+            self.abandoned.add(j)
+            del self.running[j]
+            self.on_timeout(self.items[j], secs)
+            self.report(j)
+            self.start()  # the abandoned thread's replacement
+
+    def cancel(self) -> None:
+        """Ctrl-C: no item starts any more, and every item not reported yet is ``CANCELLED``."""
+        with self.lock:
+            self.close()
+            self.drain(CANCELLED)
+            for i in range(len(self.items)):
+                if not self.reported[i]:
+                    self.on_unrun(self.items[i], CANCELLED)  # running now: abandoned
+                    self.report(i)
 
 
 def exit_on_second_sigint(before_exit: Callable[[], None]) -> Callable[[], None]:
