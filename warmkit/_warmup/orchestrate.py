@@ -13,7 +13,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from .. import metrics, monitor
 from .._compat import ast_parse_serialized, known_frozen, process_froze_objects
@@ -138,15 +138,7 @@ def _warmup(
         plan = registry.resolve()
         recorded = resolve_recorded(registry.recorded())
         keep(False)
-    if config.bundle is not None:
-        if config.read_only:
-            raise ValueError(
-                "WarmupConfig(bundle=..., read_only=True): installing a bundle writes the cache; "
-                "install it when building the image, then serve with read_only"
-            )
-        from .._cache.bundle import install_bundle
-
-        install_bundle(config.bundle, target=config.target)
+    _install_bundle(config)
     n_keys = sum(len(keys) for _, keys in plan.values()) + len(recorded)
     jobs = config.jobs or os.cpu_count() or 1
     logger.info(
@@ -165,11 +157,59 @@ def _warmup(
     loop = _Run(config, n_keys, jobs, t_start, recorded_items)
     loop.keep = keep
     loop.setup_failures = setup_failures
-    interrupted: KeyboardInterrupt | None = None
     if config.on_error == "raise" and any(e.status == "failed" for e in entries):
         loop.aborted = True
+    interrupted = _compile_groups(loop, registry, config, groups)
+    entries.extend(loop.entries)
+    if config.target is None and interrupted is None:
+        _rehearse(registry, plan)
+    entries.sort(key=_plan_order(plan, recorded))
+    # Every key skipped by the allow-list (not just unreplayable recorded entries, which are
+    # skipped whatever it says); `all` stops at the first key that was not skipped.
+    filtered_out = all(e.status == "skipped" for e in entries) and any(
+        not (e.error or "").startswith(_NOT_REPLAYABLE) for e in entries
+    )
+    failed = any(e.status == "failed" for e in entries)
+    report = WarmupReport(
+        enabled=True,
+        entries=tuple(entries),
+        seconds=time.perf_counter() - t_start,
+        target=config.target,
+        jobs=jobs,
+        monitor="off" if failed or filtered_out or interrupted else config.monitor,
+        cancelled=interrupted is not None,
+        store_refused=dict(loop.fleet.refused),  # fleet_for() always made one
+    )
+    metrics.observe_report(report)
+    return _finish(
+        config, report, aborted=loop.aborted, interrupted=interrupted, filtered_out=filtered_out
+    )
+
+
+def _install_bundle(config: WarmupConfig) -> None:
+    """``WarmupConfig.bundle``: installed before anything compiles (refused under ``read_only``)."""
+    if config.bundle is None:
+        return
+    if config.read_only:
+        raise ValueError(
+            "WarmupConfig(bundle=..., read_only=True): installing a bundle writes the cache; "
+            "install it when building the image, then serve with read_only"
+        )
+    from .._cache.bundle import install_bundle
+
+    install_bundle(config.bundle, target=config.target)
+
+
+def _compile_groups(
+    loop: _Run, registry: Any, config: WarmupConfig, groups: Mapping[str | None, list[Any]]
+) -> KeyboardInterrupt | None:
+    """Every backend group's keys, with the manifest's pins and the fleet; a Ctrl-C is returned.
+
+    After a Ctrl-C, each key not reached yet is still reported (cancelled), group by group.
+    """
     from .._cache.fleet import fleet_for
 
+    interrupted: KeyboardInterrupt | None = None
     try:
         with _identity.pins_scope(registry, config), fleet_for(config).active() as loop.fleet:
             try:
@@ -187,28 +227,20 @@ def _warmup(
                     )
     finally:
         loop.close()
-    entries.extend(loop.entries)
-    if config.target is None and interrupted is None:
-        _rehearse(registry, plan)
-    entries.sort(key=_plan_order(plan, recorded))
-    elapsed = time.perf_counter() - t_start
+    return interrupted
+
+
+def _finish(
+    config: WarmupConfig,
+    report: WarmupReport,
+    *,
+    aborted: bool,
+    interrupted: KeyboardInterrupt | None,
+    filtered_out: bool,
+) -> WarmupReport:
+    """Raise for a cancelled or failed warmup; else say so, start recording, arm the monitor."""
+    entries, elapsed = report.entries, report.seconds
     failures = [e for e in entries if e.status == "failed"]
-    # Every key skipped by the allow-list (not just unreplayable recorded entries, which are
-    # skipped whatever it says); `all` stops at the first key that was not skipped.
-    filtered_out = all(e.status == "skipped" for e in entries) and any(
-        not (e.error or "").startswith(_NOT_REPLAYABLE) for e in entries
-    )
-    report = WarmupReport(
-        enabled=True,
-        entries=tuple(entries),
-        seconds=elapsed,
-        target=config.target,
-        jobs=jobs,
-        monitor="off" if failures or filtered_out or interrupted else config.monitor,
-        cancelled=interrupted is not None,
-        store_refused=dict(loop.fleet.refused),  # fleet_for() always made one
-    )
-    metrics.observe_report(report)
     ready = sum(report.count(s) for s in ("compiled", "cached", "waited", "fetched"))
     if interrupted is not None:
         logger.warning(
@@ -222,26 +254,7 @@ def _warmup(
         interrupted.report = report  # type: ignore[attr-defined]  # for the caller (the CLI)
         raise interrupted
     if failures:
-        first = failures[0]
-        if loop.aborted:
-            msg = (
-                f"warmup failed on kernel {first.kernel!r} key {first.key!r} after "
-                f"{first.seconds:.3f}s: {first.error} ({ready} "
-                f"key(s) were ready, {report.count('skipped')} not attempted; use "
-                "on_error='collect' to attempt every key)"
-            )
-        else:
-            lines = "\n".join(failure_lines(failures, "  - "))
-            msg = f"warmup failed for {len(failures)} of {len(entries)} key(s):\n{lines}"
-        logger.error("%s", msg, extra=IN_REPORT)  # the table of a CLI says it: not twice
-        raise WarmupError(
-            msg,
-            kernel=first.kernel,
-            key=first.key,
-            elapsed=first.seconds,
-            failures=failures,
-            report=report,
-        ) from first.exception
+        _raise_failed(report, failures, ready=ready, aborted=aborted)
     if filtered_out:
         # Not warm: arming the monitor would tell the serving process it is.
         logger.warning(
@@ -271,6 +284,32 @@ def _warmup(
         start_recording(config.record)
     monitor.arm(config.monitor)
     return report
+
+
+def _raise_failed(
+    report: WarmupReport, failures: list[ReportEntry], *, ready: int, aborted: bool
+) -> NoReturn:
+    """The error of a warmup with failed keys: the first (fail-fast) or all of them, logged once."""
+    first = failures[0]
+    if aborted:
+        msg = (
+            f"warmup failed on kernel {first.kernel!r} key {first.key!r} after "
+            f"{first.seconds:.3f}s: {first.error} ({ready} "
+            f"key(s) were ready, {report.count('skipped')} not attempted; use "
+            "on_error='collect' to attempt every key)"
+        )
+    else:
+        lines = "\n".join(failure_lines(failures, "  - "))
+        msg = f"warmup failed for {len(failures)} of {len(report.entries)} key(s):\n{lines}"
+    logger.error("%s", msg, extra=IN_REPORT)  # the table of a CLI says it: not twice
+    raise WarmupError(
+        msg,
+        kernel=first.kernel,
+        key=first.key,
+        elapsed=first.seconds,
+        failures=failures,
+        report=report,
+    ) from first.exception
 
 
 def _group(
