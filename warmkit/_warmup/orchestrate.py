@@ -7,6 +7,7 @@ order, in parallel where the backend allows -> report -> arm the monitor.
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import logging
 import os
@@ -566,6 +567,43 @@ class _Run:
             if self._procs is not None:
                 self._procs.cancel_queued()
 
+    def _compile_one(
+        self, backend_name: str | None, backend: Any, target: str | None, item: tuple[Any, Any]
+    ) -> ReportEntry:
+        """Compile one key (through the fleet, probed in a worker first): its report entry."""
+        t0 = time.perf_counter()
+        kernel, key = item
+        name = type(kernel).name
+        try:
+            probed, in_worker = (None, None) if self._procs is None else self._procs.probe(item)
+            # compiled, cached, waited (another process of this host) or fetched (store)
+            executor, status = self.fleet.compile(backend, kernel, key, target, probed=probed)
+        except Exception as exc:  # noqa: BLE001 -- reported as this backend's keys' failure
+            return ReportEntry(
+                name,
+                backend_name,
+                key,
+                "failed",
+                time.perf_counter() - t0,
+                _describe(exc),
+                exc,
+                kind=self._kind(item),
+            )
+        if in_worker == "compiled":  # the parent's compile was the worker's cache hit
+            status = "compiled"
+        tuning = reported_tuning(executor)
+        return ReportEntry(
+            name,
+            backend_name,
+            key,
+            status,
+            time.perf_counter() - t0,
+            None,
+            None,
+            tuning,
+            self._kind(item),
+        )
+
     def _compile(
         self,
         backend_name: str | None,
@@ -574,39 +612,7 @@ class _Run:
         target: str | None,
         workers: int,
     ) -> None:
-        def one(item: tuple[Any, Any]) -> ReportEntry:
-            t0 = time.perf_counter()
-            kernel, key = item
-            name = type(kernel).name
-            try:
-                probed, in_worker = (None, None) if self._procs is None else self._procs.probe(item)
-                # compiled, cached, waited (another process of this host) or fetched (store)
-                executor, status = self.fleet.compile(backend, kernel, key, target, probed=probed)
-            except Exception as exc:  # noqa: BLE001 -- reported as this backend's keys' failure
-                return ReportEntry(
-                    name,
-                    backend_name,
-                    key,
-                    "failed",
-                    time.perf_counter() - t0,
-                    _describe(exc),
-                    exc,
-                    kind=self._kind(item),
-                )
-            if in_worker == "compiled":  # the parent's compile was the worker's cache hit
-                status = "compiled"
-            tuning = reported_tuning(executor)
-            return ReportEntry(
-                name,
-                backend_name,
-                key,
-                status,
-                time.perf_counter() - t0,
-                None,
-                None,
-                tuning,
-                self._kind(item),
-            )
+        one = functools.partial(self._compile_one, backend_name, backend, target)
 
         def skipped(item: tuple[Any, Any], reason: str) -> None:
             self._unrun(item, backend_name, "skipped", reason)
