@@ -66,22 +66,7 @@ def build_bundle(
             all checked before anything compiles.
     """
 
-    # The registrations name the kernels and backends; the keys come from the warmup's
-    # own report, so the (possibly large) space is expanded only once.
-    classes = {reg.kernel: reg.kernel_cls for reg in registry}
-    for item in resolve_recorded(registry.recorded()):
-        if item.kernel is not None:  # the others fail (or are skipped) in the warmup below
-            classes.setdefault(type(item.kernel).name, type(item.kernel))
-    backends: dict[str, Any] = {}
-    for name, cls in classes.items():
-        b = cls.backend
-        if b is None:
-            raise BundleError(
-                f"kernel {name!r} compiles itself (no backend); it cannot be bundled", backend=None
-            )
-        if b not in backends:
-            backends[b] = _bundle_backend(b, kernel=name)
-
+    classes, backends = _bundle_backends(registry)
     # Before compiling anything: an unknown target is a ValueError (a usage error), not
     # a failed key per compile.
     fingerprints = {b: backend.cache_fingerprint(target) for b, backend in backends.items()}
@@ -124,25 +109,7 @@ def build_bundle(
         }
         files: list[tuple[str, Path]] = []
         for b, backend in backends.items():
-            entries = []
-            check = entry_check(backend)
-            for entry in iter_entries(roots[b]):
-                # Never pack what could not be trusted at install.
-                problems = verify_entry(entry, check)
-                if problems:
-                    raise BundleError(
-                        f"cache entry {entry.name} of backend {b!r} is corrupt right after "
-                        f"compiling it ({'; '.join(problems)}); nothing was written to {out}",
-                        backend=b,
-                        entry=entry.name,
-                    )
-                for path in sorted(entry.rglob("*")):
-                    if path.is_file():
-                        rel = path.relative_to(roots[b]).as_posix()
-                        entries.append(
-                            {"path": rel, "sha256": sha256_file(path), "size": path.stat().st_size}
-                        )
-                        files.append((f"backends/{b}/{rel}", path))
+            entries = _pack_entries(b, backend, roots[b], out, files)
             if not entries:
                 raise BundleError(
                     f"backend {b!r} wrote no cache entries while warming up "
@@ -156,28 +123,7 @@ def build_bundle(
             }
             if isinstance(backend, TunedResults):  # e.g. Triton autotune winners
                 meta["backends"][b]["tuned"] = backend.tuned_results(roots[b])
-        out.parent.mkdir(parents=True, exist_ok=True)
-        partial = out.with_name(f".{out.name}.{uuid.uuid4().hex}.partial")
-        try:
-            with tarfile.open(partial, "w:gz") as tar:
-                data = json.dumps(meta, indent=2, sort_keys=True).encode()
-                info = tarfile.TarInfo(_META)
-                info.size = len(data)
-                info.mtime = 0
-                tar.addfile(info, io.BytesIO(data))
-                if sign is not None:
-                    sig = _signing.sign(data, sign)
-                    info = tarfile.TarInfo(_signing.SIGNATURE_MEMBER)
-                    info.size = len(sig)
-                    info.mtime = 0
-                    tar.addfile(info, io.BytesIO(sig))
-                for arcname, path in files:
-                    tar.add(path, arcname=arcname, recursive=False)
-            os.replace(partial, out)
-        except OSError as exc:
-            raise OSError(exc.errno, f"cannot write bundle {out}: {exc.strerror or exc}") from exc
-        finally:
-            partial.unlink(missing_ok=True)
+        _write_bundle(out, meta, files, sign)
     logger.info(
         "bundle %s: %d kernel(s), %d file(s), target %s",
         out,
@@ -186,6 +132,89 @@ def build_bundle(
         target or "this device",
     )
     return meta
+
+
+def _bundle_backends(registry: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The kernel classes of ``registry`` by name, and their backends (each ``BundleCapable``).
+
+    The registrations name the kernels and backends; the keys come from the
+    warmup's own report, so the (possibly large) space is expanded only once.
+
+    Raises:
+        BundleError: a kernel without a backend, or a backend without bundle support.
+    """
+    classes = {reg.kernel: reg.kernel_cls for reg in registry}
+    for item in resolve_recorded(registry.recorded()):
+        if item.kernel is not None:  # the others fail (or are skipped) in the warmup below
+            classes.setdefault(type(item.kernel).name, type(item.kernel))
+    backends: dict[str, Any] = {}
+    for name, cls in classes.items():
+        b = cls.backend
+        if b is None:
+            raise BundleError(
+                f"kernel {name!r} compiles itself (no backend); it cannot be bundled", backend=None
+            )
+        if b not in backends:
+            backends[b] = _bundle_backend(b, kernel=name)
+    return classes, backends
+
+
+def _pack_entries(
+    b: str, backend: Any, root: Path, out: Path, files: list[tuple[str, Path]]
+) -> list[dict[str, Any]]:
+    """The file records of backend ``b``'s entries under ``root``; adds each file to ``files``.
+
+    Raises:
+        BundleError: an entry is corrupt right after compiling: never pack what install
+            could not trust.
+    """
+    entries = []
+    check = entry_check(backend)
+    for entry in iter_entries(root):
+        problems = verify_entry(entry, check)
+        if problems:
+            raise BundleError(
+                f"cache entry {entry.name} of backend {b!r} is corrupt right after "
+                f"compiling it ({'; '.join(problems)}); nothing was written to {out}",
+                backend=b,
+                entry=entry.name,
+            )
+        for path in sorted(entry.rglob("*")):
+            if path.is_file():
+                rel = path.relative_to(root).as_posix()
+                entries.append(
+                    {"path": rel, "sha256": sha256_file(path), "size": path.stat().st_size}
+                )
+                files.append((f"backends/{b}/{rel}", path))
+    return entries
+
+
+def _write_bundle(
+    out: Path, meta: dict[str, Any], files: list[tuple[str, Path]], sign: Any
+) -> None:
+    """The ``.wkb``: metadata, its signature when ``sign``, then the files; written atomically."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    partial = out.with_name(f".{out.name}.{uuid.uuid4().hex}.partial")
+    try:
+        with tarfile.open(partial, "w:gz") as tar:
+            data = json.dumps(meta, indent=2, sort_keys=True).encode()
+            info = tarfile.TarInfo(_META)
+            info.size = len(data)
+            info.mtime = 0
+            tar.addfile(info, io.BytesIO(data))
+            if sign is not None:
+                sig = _signing.sign(data, sign)
+                info = tarfile.TarInfo(_signing.SIGNATURE_MEMBER)
+                info.size = len(sig)
+                info.mtime = 0
+                tar.addfile(info, io.BytesIO(sig))
+            for arcname, path in files:
+                tar.add(path, arcname=arcname, recursive=False)
+        os.replace(partial, out)
+    except OSError as exc:
+        raise OSError(exc.errno, f"cannot write bundle {out}: {exc.strerror or exc}") from exc
+    finally:
+        partial.unlink(missing_ok=True)
 
 
 def _check_output(out: Path) -> None:
