@@ -48,6 +48,12 @@ from .manifest.codec import (
     encode_key,
     encode_value,
 )
+from .manifest.format import (
+    MANIFEST_FORMAT,
+    MANIFEST_VERSION,
+    check_header,
+    unsupported_version,
+)
 from .manifest.text import (
     GROUP_FIELDS,
     manifest_text,
@@ -72,9 +78,6 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 KINDS = ("raw", "key")
-MANIFEST_FORMAT = "warmkit.manifest"
-MANIFEST_VERSION = 2  # the version written; 2 groups the recorded section by kernel
-READ_VERSIONS = (1, 2)  # the versions read
 
 _lock = threading.Lock()
 _active: Recorder | None = None
@@ -290,15 +293,6 @@ def parse_recorded(data: Any, *, path: Any = None, keep: bool = False) -> list[R
         raise unsupported_version(version, path)
     parse = RecordedEntry.from_dict
     return [parse(item, path=path, index=i, keep=keep) for i, item in enumerate(items)]
-
-
-def unsupported_version(version: Any, path: Any) -> ManifestError:
-    """The error for a manifest of a version this warmkit does not read."""
-    return ManifestError(
-        f"manifest version {version!r} is not supported (this warmkit reads versions "
-        f"{', '.join(map(str, READ_VERSIONS))}); re-record it with this warmkit",
-        path=path,
-    )
 
 
 def _parse_groups(items: list[Any], path: Any, keep: bool) -> list[RecordedEntry]:
@@ -585,14 +579,9 @@ class Recorder:
             existed = self.path.exists()
             if existed:
                 data, stored = read_manifest(self.path)
-                if not isinstance(data, dict) or data.get("format") != MANIFEST_FORMAT:
-                    raise ManifestError(
-                        f"not a warmkit manifest (format must be {MANIFEST_FORMAT!r}); refusing "
-                        "to record into it: choose another path",
-                        path=self.path,
-                    )
-                if data.get("version") not in READ_VERSIONS:
-                    raise unsupported_version(data.get("version"), self.path)
+                check_header(
+                    data, self.path, refusal="; refusing to record into it: choose another path"
+                )
                 # Checked, not copied blindly: a damaged entry is refused, never carried on.
                 existing = stored
                 if existing is None:

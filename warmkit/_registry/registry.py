@@ -30,16 +30,9 @@ from .._exceptions import ManifestError, PluginLoadError, naming
 from .._version import __version__
 from .identity import manifest_pins
 from .manifest.codec import _AS_IS, decode_value, encode_value
+from .manifest.format import MANIFEST_FORMAT, MANIFEST_VERSION, check_header
 from .manifest.text import manifest_text, recorded_groups, write_atomic
-from .recorded import (
-    MANIFEST_FORMAT,
-    MANIFEST_VERSION,
-    READ_VERSIONS,
-    RecordedEntry,
-    parse_recorded,
-    read_manifest,
-    unsupported_version,
-)
+from .recorded import RecordedEntry, parse_recorded, read_manifest
 from .space import Choices, IntRange, ZipGroup, _names, check_keyword_names
 
 __all__ = [
@@ -388,14 +381,9 @@ class WarmupRegistry:
         # entries: its recorded section, already read and checked (read_manifest)
         from .._plugin.discovery import load_kernel
         from .manifest.modules import check_kernel_ref
-
-        if not isinstance(data, dict) or data.get("format") != MANIFEST_FORMAT:
-            raise ManifestError(
-                f"not a warmkit manifest (format must be {MANIFEST_FORMAT!r})", path=path
-            )
-        if data.get("version") not in READ_VERSIONS:
-            raise unsupported_version(data.get("version"), path)
         from .manifest.schema import validate_manifest
+
+        check_header(data, path)
 
         validate_manifest(data, path=path)
         registry = cls()
