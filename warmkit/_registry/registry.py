@@ -10,7 +10,6 @@ unset and registrations silently lost.
 from __future__ import annotations
 
 import contextlib
-import gc
 import logging
 import math
 import os
@@ -25,7 +24,7 @@ from typing import Any, TypeVar
 
 import attrs
 
-from .._compat import process_froze_objects
+from .._compat import gc_paused
 from .._exceptions import ManifestError, PluginLoadError, naming
 from .._version import __version__
 from .identity import manifest_pins
@@ -485,34 +484,9 @@ class WarmupRegistry:
         """
         from .._plugin.discovery import one_scan
 
-        with _gc_paused(), one_scan():
+        with gc_paused(), one_scan():
             data, entries = read_manifest(path)
             return cls._from_data(data, path, keep=True, entries=entries)
-
-
-@contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
-    """No cyclic garbage collection in the block: a manifest's load keeps all it builds.
-
-    Loading makes ~10 objects per entry and frees none, so each collection
-    (the oldest generation grows with the heap) only walks them: ~20 % of a
-    100k-entry load. Collection resumes after, as it was, with the block's
-    objects in the oldest generation.
-    """
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        if not process_froze_objects():
-            # What the block made is long-lived: straight into the oldest generation (a
-            # freeze and a thaw move it there without a walk), or the next young
-            # collection walks all of it (~60 ms after a 100k-entry load).
-            gc.freeze()
-            gc.unfreeze()
-        gc.enable()
 
 
 def _replay_differs(reg: Registration) -> str | None:

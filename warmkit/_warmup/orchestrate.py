@@ -8,23 +8,21 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import gc
 import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NoReturn
 
 from .. import metrics, monitor
-from .._compat import ast_parse_serialized, known_frozen, process_froze_objects
+from .._compat import ast_parse_serialized, gc_paused, kept_out_of_gc
 from .._exceptions import BackendUnavailableError, WarmupError
 from .._kernel import memo as _memo
 from .._plugin.contract import CanonicalTargets, reported_tuning
 from .._plugin.discovery import check_target
 from .._registry import identity as _identity
 from .._registry.recorded import resolve_recorded, start_recording
-from .._registry.registry import _gc_paused
 from .config import WarmupConfig, warn_unapplied
 from .prepare import join as join_setup
 from .report import IN_REPORT, ReportEntry, WarmupReport, failure_lines, progress_bar
@@ -62,52 +60,8 @@ def warmup(config: WarmupConfig | None = None, registry: Any = None) -> WarmupRe
     from .._plugin.discovery import one_scan
 
     # one entry-point scan for all plugins; the frontends' parses safe in the compile threads
-    with one_scan(), _kept_out_of_gc() as keep, ast_parse_serialized():
+    with one_scan(), kept_out_of_gc() as keep, ast_parse_serialized():
         return _warmup(config, registry, keep)
-
-
-@contextlib.contextmanager
-def _kept_out_of_gc() -> Iterator[Callable[[bool], None]]:
-    """Garbage collection in the block skips what existed before it, and what ``keep()`` keeps.
-
-    A warmup keeps what it makes (keys, executors, report entries), and each
-    full collection walks every tracked object again: the loaded manifest,
-    the plan. At 100,000 keys that was 2-13 us a key. ``gc.freeze`` puts
-    them out of the collector's walks until the block ends. A frozen object
-    is never collected meanwhile, so garbage is collected before each freeze:
-    the young generations at the start (cheap), everything not yet frozen at
-    each ``keep()`` (cheap too: the rest is frozen). ``keep(False)`` skips
-    that, for what was just built with the collector paused (the plan).
-    Garbage already in the oldest generation when the block starts stays
-    until it ends: an engine that drops a large object graph before warming
-    up should ``gc.collect()`` first.
-
-    Nothing is frozen when the process froze objects itself (a pre-fork
-    server): ``gc.unfreeze`` would thaw those too. That is counted once, here
-    (a walk of the frozen heap); the checks inside find it known. CPython 3.12's
-    own frozen objects do not count (``_compat``). (A ``gc.freeze()`` another
-    thread makes during the warmup is thawed by it: one permanent generation.)
-    """
-    if not gc.isenabled():
-        yield lambda collect=True: None
-        return
-    if process_froze_objects():
-        with known_frozen():
-            yield lambda collect=True: None
-        return
-
-    def keep(collect: bool = True) -> None:
-        if collect:
-            gc.collect()
-        gc.freeze()
-
-    gc.collect(1)
-    gc.freeze()
-    try:
-        with known_frozen():
-            yield keep
-    finally:
-        gc.unfreeze()
 
 
 def _warmup(
@@ -135,7 +89,7 @@ def _warmup(
     if waited >= 0.01:  # the engine's startup was shorter than the setup (B1's first key)
         logger.info("warmkit warmup: waited %.3f s for the setup warmkit.prepare() started", waited)
     # Plan first: a registration that cannot be planned fails before anything is installed.
-    with _gc_paused():  # planning keeps every object it makes: none is garbage
+    with gc_paused():  # planning keeps every object it makes: none is garbage
         plan = registry.resolve()
         recorded = resolve_recorded(registry.recorded())
         keep(False)
@@ -149,7 +103,7 @@ def _warmup(
         config.target or "current device",
         jobs,
     )
-    with _gc_paused():  # nor does grouping them
+    with gc_paused():  # nor does grouping them
         entries, groups, recorded_items = _group(config, plan, recorded)
         keep(False)
 
@@ -429,7 +383,7 @@ def _rehearse(registry: Any, plan: Mapping[str, tuple[Any, list[Any]]]) -> None:
             _memo.rehearse(plan[name][0], pts)
 
 
-#: Report entries between two ``keep()`` calls (``_kept_out_of_gc``).
+#: Report entries between two ``keep()`` calls (``kept_out_of_gc``).
 _KEEP_EVERY = 8192
 
 
@@ -456,7 +410,7 @@ class _Run:
         self._procs: Any = None  # the group's ColdPool, when it may use worker processes
         self.fleet: Any = None
         self.setup_failures: dict[str, BaseException] = {}
-        self.keep: Callable[[bool], None] = lambda collect=True: None  # see _kept_out_of_gc
+        self.keep: Callable[[bool], None] = lambda collect=True: None  # see kept_out_of_gc
         self.restore_sigint: Callable[[], None] | None = None  # set by a Ctrl-C (_workers)
 
     def close(self) -> None:
