@@ -1121,7 +1121,7 @@ def _proc_sigint(e: Env, twice: bool) -> tuple[str, str]:
 
 _PROC_TIMEOUT = """
 import os, sys, warmkit
-from warmkit import _workers
+from warmkit._warmup import workers as _workers
 from warmkit.testing import backend_override
 from core._proc_kernels import ProcBackend, ProcKernel
 os.environ["WARMKIT_COMPILE_PROCESSES"] = "on"
