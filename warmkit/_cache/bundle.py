@@ -292,7 +292,7 @@ def install_bundle(
             for staging in stagings:
                 shutil.rmtree(staging, ignore_errors=True)
     prepared = {
-        name: _prepare(name, backend, dest, expected)
+        name: _prepare_entries(name, backend, dest, expected)
         for name, backend, dest, expected in plans
         if isinstance(backend, PreparesEntries)
     }
@@ -309,7 +309,7 @@ def install_bundle(
     )
 
 
-def _prepare(name: str, backend: Any, dest: Path, expected: dict[str, Any]) -> str:
+def _prepare_entries(name: str, backend: Any, dest: Path, expected: dict[str, Any]) -> str:
     """The backend's ``prepare_entries`` over every entry of the bundle; a failure is a warning.
 
     The entries are published and sound either way: what preparing builds,

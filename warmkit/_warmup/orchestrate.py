@@ -480,7 +480,7 @@ class _Run:
             from .._plugin.discovery import call_hook
 
             try:
-                backend, target = _prepare_backend(backend_name, items, target)
+                backend, target = _load_backend(backend_name, items, target)
                 failure = self.setup_failures.pop(backend_name, None)
                 if failure is not None:  # warmkit.prepare()'s setup of this backend raised
                     raise failure
@@ -630,9 +630,15 @@ class _Run:
             raise
 
 
-def _prepare_backend(
+def _load_backend(
     name: str, items: list[tuple[Any, Any]], target: str | None
 ) -> tuple[Any, str | None]:
+    """Backend ``name``, loaded and available, and ``target`` in its spelling (None: this device).
+
+    Raises:
+        BackendUnavailableError: ``available()`` says no (its reason and install hint).
+        PluginError: one of its hooks failed, naming it.
+    """
     from .._plugin.discovery import get_backend
 
     kernel_name = type(items[0][0]).name
