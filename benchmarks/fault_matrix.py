@@ -201,7 +201,7 @@ def store_cases(case: Callable[..., None], tmp: Path) -> None:
     """Configuration, poisoning and server trouble of a store, with a real redis-server."""
     from redis_server import RedisServer
 
-    from warmkit._signing import generate_key
+    from warmkit._cache.signing import generate_key
 
     e = Env(tmp / "store")
     e.root.mkdir(parents=True)
@@ -1133,7 +1133,7 @@ def _proc_sigint(e: Env, twice: bool) -> tuple[str, str]:
 
 _PROC_TIMEOUT = """
 import os, sys, warmkit
-from warmkit import _workers
+from warmkit._warmup import workers as _workers
 from warmkit.testing import backend_override
 from core._proc_kernels import ProcBackend, ProcKernel
 os.environ["WARMKIT_COMPILE_PROCESSES"] = "on"

@@ -21,10 +21,10 @@ SNIPPETS = {
     "python -c pass (baseline)": "pass",
     "import warmkit": "import warmkit",
     "import + discovery": (
-        "import warmkit._plugins as p; p.discover(p.BACKENDS_GROUP); p.discover(p.KERNELS_GROUP)"
+        "import warmkit._plugin.discovery as p; p.discover(p.BACKENDS_GROUP); p.discover(p.KERNELS_GROUP)"
     ),
     "import + discovery + triton backend": (
-        "import warmkit._plugins as p; p.discover(p.BACKENDS_GROUP); p.discover(p.KERNELS_GROUP); "
+        "import warmkit._plugin.discovery as p; p.discover(p.BACKENDS_GROUP); p.discover(p.KERNELS_GROUP); "
         "p.get_backend('triton')"
     ),
 }

@@ -8,7 +8,7 @@
     and passes the ``torch.dtype`` to ``dispatch``;
 and, for information, (a') ``TritonKernel.run(key, ...)`` with the key already computed.
 It also times, on the CPU alone, ``dispatch`` with and without its memo and
-the executor lookup (``warmkit._memo``), the part of (a) that is warmkit's.
+the executor lookup (``warmkit._kernel.memo``), the part of (a) that is warmkit's.
 
 Each run times ``--iters`` back-to-back launches (no synchronisation between
 them; one at the end), so the number is the CPU cost per launch. The table
@@ -258,7 +258,7 @@ def _run(args: argparse.Namespace) -> int:
 
 def _dispatch_cost(kernel: Any, typed: Any, x: Any, n: int, args: argparse.Namespace) -> dict:
     """Median us per call of dispatch (memoized and not) and of the executor lookup, no launch."""
-    from warmkit import _memo
+    from warmkit._kernel import memo as _memo
 
     raw, raw_typed = _memo.raw_dispatch(type(kernel)), _memo.raw_dispatch(type(typed))
     key = kernel.dispatch(n=n)

@@ -69,7 +69,7 @@ import attrs
 from _common import emit, parser, stats, table
 
 import warmkit
-from warmkit._record import resolve_recorded
+from warmkit._registry.recorded import resolve_recorded
 from warmkit.testing import backend_override
 
 GOAL_US_PER_KEY = 20.0
@@ -180,7 +180,7 @@ def build(n: int, shape: str) -> warmkit.WarmupRegistry:
         for i in range(n):
             registry.add(kernel, index=i, block=128, dtype="float16")
     elif shape == "raw":  # raw functions' specializations, as the Triton backend records them
-        from warmkit._record import RecordedEntry
+        from warmkit._registry.recorded import RecordedEntry
 
         for i in range(n):
             registry.add_recorded(
@@ -193,8 +193,8 @@ def build(n: int, shape: str) -> warmkit.WarmupRegistry:
                 )
             )
     else:  # "replayed": the manifest's `recorded` section, as `warmkit record` writes it
-        from warmkit._plugins import kernel_ref
-        from warmkit._record import RecordedEntry, encode_key
+        from warmkit._plugin.discovery import kernel_ref
+        from warmkit._registry.recorded import RecordedEntry, encode_key
 
         ref = kernel_ref(ScaleKernel)
         for i in range(n):

@@ -177,7 +177,7 @@ def child(argv: list[str]) -> int:
 
 
 def _worker_records() -> tuple[list[tuple[int, float, float]], list[tuple[Any, ...]]]:
-    """What the compile workers report (``warmkit._workers``' debug records), as they come.
+    """What the compile workers report (``warmkit._warmup.workers``' debug records), as they come.
 
     Returns:
         ``(spans, ready)``: (pid, start, end) of each key a worker compiled, and
@@ -197,7 +197,7 @@ def _worker_records() -> tuple[list[tuple[int, float, float]], list[tuple[Any, .
             if ready is not None:
                 ready_at.append(ready)
 
-    log = logging.getLogger("warmkit._workers")
+    log = logging.getLogger("warmkit._warmup.workers")
     log.addHandler(Collect(logging.DEBUG))
     log.setLevel(logging.DEBUG)
     return spans, ready_at

@@ -10,27 +10,8 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from . import metrics, monitor
-from ._backend import (
-    Backend,
-    BackendStatus,
-    BundleCapable,
-    CacheProbe,
-    CanonicalTargets,
-    Executor,
-    FleetCapable,
-    MonitorHooks,
-    Prepares,
-    PreparesEntries,
-    RecordReplay,
-    ReportsCacheHit,
-    ReportsTuning,
-    SpecializationMap,
-    TunedResults,
-    TuningPlan,
-    current_target,
-)
-from ._config import WarmupConfig
-from ._dsl import FunctionKernel, MethodHooks
+from ._cache.fleet import Fleet, current_fleet
+from ._cache.misses import ExplainsMisses, Explanation
 from ._envs import EnvVar
 from ._exceptions import (
     BackendNotImplementedError,
@@ -49,12 +30,29 @@ from ._exceptions import (
     WarmupError,
     WorkerDiedError,
 )
-from ._explain import ExplainsMisses, Explanation, explain
-from ._fleet import Fleet, current_fleet
-from ._identity import PinsIdentity, pinned_identity, pinning
-from ._kernel import JitKernel
-from ._prepare import prepare
-from ._record import (
+from ._kernel.dsl import FunctionKernel, MethodHooks
+from ._kernel.jit import JitKernel
+from ._plugin.contract import (
+    Backend,
+    BackendStatus,
+    BundleCapable,
+    CacheProbe,
+    CanonicalTargets,
+    Executor,
+    FleetCapable,
+    MonitorHooks,
+    Prepares,
+    PreparesEntries,
+    RecordReplay,
+    ReportsCacheHit,
+    ReportsTuning,
+    SpecializationMap,
+    TunedResults,
+    TuningPlan,
+    current_target,
+)
+from ._registry.identity import PinsIdentity, pinned_identity, pinning
+from ._registry.recorded import (
     RecordedEntry,
     Recorder,
     active_recorder,
@@ -62,18 +60,21 @@ from ._record import (
     start_recording,
     stop_recording,
 )
-from ._registry import (
+from ._registry.registry import (
     Registration,
     WarmupRegistry,
     activate,
     active_registry,
     default_registry,
 )
-from ._report import ReportEntry, WarmupReport
-from ._space import Choices, DispatchInfo, IntRange, ZipGroup, zip_inputs
+from ._registry.space import Choices, DispatchInfo, IntRange, ZipGroup, zip_inputs
 from ._version import __version__
-from ._warmup import warmup
-from ._workers import PrimesWorkers, ProcessCompiles
+from ._warmup.config import WarmupConfig
+from ._warmup.explain import explain
+from ._warmup.orchestrate import warmup
+from ._warmup.prepare import prepare
+from ._warmup.report import ReportEntry, WarmupReport
+from ._warmup.workers import PrimesWorkers, ProcessCompiles
 
 __all__ = [
     "Backend",
@@ -161,11 +162,11 @@ _LAZY = {"BundleInstall", "build_bundle", "inspect_bundle", "install_bundle"}
 
 def __getattr__(name: str) -> Any:
     if name == "build_bundle":
-        from ._build import build_bundle
+        from ._warmup.build import build_bundle
 
         return build_bundle
     if name in _LAZY:
-        from . import _bundle
+        from ._cache import bundle as _bundle
 
         return getattr(_bundle, name)
     raise AttributeError(f"module 'warmkit' has no attribute {name!r}")
@@ -176,5 +177,5 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:
-    from ._build import build_bundle
-    from ._bundle import BundleInstall, inspect_bundle, install_bundle
+    from ._cache.bundle import BundleInstall, inspect_bundle, install_bundle
+    from ._warmup.build import build_bundle

@@ -178,7 +178,7 @@ ENVIRONMENT: dict[str, EnvVar] = {
     "WARMKIT_JOBS": EnvVar(
         None, _opt_int, "WarmupConfig.jobs: parallel compiles; unset/auto = CPU count."
     ),
-    # Compile worker processes (warmkit._workers): auto = when they pay (>= 4 jobs, >= 2 keys each).
+    # Compile worker processes (warmkit._warmup.workers): auto = when they pay (>= 4 jobs, >= 2 keys each).
     "WARMKIT_COMPILE_PROCESSES": EnvVar(
         "auto",
         _choice("auto", "on", "off"),
@@ -236,7 +236,7 @@ ENVIRONMENT: dict[str, EnvVar] = {
     "WARMKIT_RECORD": EnvVar(
         None, _opt_str, "WarmupConfig.record: manifest path for runtime compiles ({rank} allowed)."
     ),
-    # Which modules a manifest may import (warmkit._manifest_modules): installed or any.
+    # Which modules a manifest may import (warmkit._registry.manifest.modules): installed or any.
     "WARMKIT_MANIFEST_MODULES": EnvVar.choice(
         "installed",
         ("installed", "any"),

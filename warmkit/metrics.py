@@ -106,7 +106,7 @@ def observe_event(kernel: str, backend: str | None, kind: str) -> None:
 
 
 def observe_store_refusal(kind: str) -> None:
-    """Count one refused store entry (called by ``warmkit._fleet``)."""
+    """Count one refused store entry (called by ``warmkit._cache.fleet``)."""
     m = _metrics
     if m is not None:
         m["warmkit_store_refused_total"].labels(kind).inc()

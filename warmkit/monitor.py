@@ -31,11 +31,12 @@ from typing import Any
 
 import attrs
 
-from . import _plugins, metrics
-from ._backend import MonitorHooks, VarScope
-from ._backend import _target as _target_var
+from . import metrics
 from ._envs import MONITOR_MODES
 from ._exceptions import RuntimeCompileError
+from ._plugin import discovery as _plugins
+from ._plugin.contract import MonitorHooks, VarScope
+from ._plugin.contract import _target as _target_var
 
 __all__ = [
     "MODES",

@@ -12,7 +12,7 @@ exactly as an entry point's object must::
         warmkit.warmup(config)
 
 These are the only supported ways to change which backends are loaded; tests
-must not touch ``warmkit._plugins``' state.
+must not touch ``warmkit._plugin.discovery``' state.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
-from . import _plugins
-from ._backend import MonitorHooks
+from ._plugin import discovery as _plugins
+from ._plugin.contract import MonitorHooks
 
 __all__ = ["backend_override", "isolated_backends", "unload_backend"]
 
@@ -31,7 +31,7 @@ __all__ = ["backend_override", "isolated_backends", "unload_backend"]
 def backend_override(name: str, backend: Any) -> Iterator[Any]:
     """Make ``backend`` the backend named ``name`` for the block; put back what was there after.
 
-    ``warmkit._plugins.get_backend(name)`` (so every warmup, bundle and kernel
+    ``warmkit._plugin.discovery.get_backend(name)`` (so every warmup, bundle and kernel
     compile) returns ``backend`` inside the block. If the monitor is armed and
     ``backend`` has :class:`warmkit.MonitorHooks`, its hooks are installed, as
     for a backend loaded from an entry point.

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from warmkit._store import entry_meta, open_store
+from warmkit._cache.stores.base import entry_meta, open_store
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "examples" / "serve_ranks.py"

@@ -13,7 +13,7 @@ import time
 import attrs
 
 import warmkit
-from warmkit._cli import main
+from warmkit._cli.commands import main
 
 
 class SlowKernel(warmkit.JitKernel["SlowKernel.CompileKey"]):

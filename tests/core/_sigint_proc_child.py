@@ -18,8 +18,8 @@ import sys
 import threading
 
 import warmkit
-from warmkit import _workers
-from warmkit._cli import main
+from warmkit._cli.commands import main
+from warmkit._warmup import workers as _workers
 from warmkit.testing import backend_override
 
 if __name__ == "__main__":

@@ -38,7 +38,7 @@ def _isolate(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 @pytest.fixture
 def core_stubs() -> Iterator[None]:
     """The core's ``tilelang``/``cutedsl`` stubs loaded, even where their real plugins are installed."""
-    from warmkit._backend import CuteDSLStubBackend, TileLangStubBackend
+    from warmkit._plugin.contract import CuteDSLStubBackend, TileLangStubBackend
     from warmkit.testing import backend_override
 
     with (

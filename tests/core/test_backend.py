@@ -10,8 +10,8 @@ import pytest
 
 import warmkit
 from warmkit import BackendNotImplementedError, BackendStatus, WarmupConfig, WarmupError
-from warmkit import _backend as backend_module
-from warmkit import _plugins as plugins
+from warmkit._plugin import contract as backend_module
+from warmkit._plugin import discovery as plugins
 
 from . import _kernels
 from ._kernels import FakeBackend, ScaleKernel
@@ -353,7 +353,12 @@ def test_the_core_reads_no_capability_with_getattr_or_hasattr():
 
 
 def test_the_protocols_readers_agree_with_isinstance():
-    from warmkit._backend import ReportsCacheHit, ReportsTuning, reported_tuning, reports_cache_hit
+    from warmkit._plugin.contract import (
+        ReportsCacheHit,
+        ReportsTuning,
+        reported_tuning,
+        reports_cache_hit,
+    )
 
     class Slots:
         __slots__ = ("autotune_seconds", "cache_hit", "tuning", "tuning_key")

@@ -1,4 +1,4 @@
-"""``warmkit._bundle`` with a plain-Python backend: build, inspect, install, refusals, concurrency, CLI."""
+"""``warmkit._cache.bundle`` with a plain-Python backend: build, inspect, install, refusals, concurrency, CLI."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 
 import warmkit
 from warmkit import BundleError, WarmupConfig, WarmupError, WarmupRegistry
-from warmkit._cli import main
+from warmkit._cli.commands import main
 
 from . import _bundle_backend as bb
 from ._bundle_backend import BundleBackend, BundledKernel, OtherBundleBackend, OtherBundledKernel
@@ -188,7 +188,7 @@ def test_install_prepares_every_entry_of_the_bundle_once_published(site, bundle)
 
 def test_a_failed_prepare_is_reported_and_the_install_stands(site, bundle, caplog, capsys):
     BundleBackend.prepare_error = RuntimeError("gcc not found")
-    with caplog.at_level("WARNING", logger="warmkit._bundle"):
+    with caplog.at_level("WARNING", logger="warmkit._cache.bundle"):
         res = warmkit.install_bundle(bundle)
     assert len(res.installed) == 6  # the entries are published and sound
     what = res.prepared["fakebundle"]
@@ -422,7 +422,7 @@ def test_an_entry_that_cannot_be_published_is_an_error_not_a_success(site, bundl
     def refuse(src, dst):
         raise PermissionError(errno_.EACCES, "Permission denied")
 
-    monkeypatch.setattr("warmkit._bundle.os.rename", refuse)
+    monkeypatch.setattr("warmkit._cache.bundle.os.rename", refuse)
     with pytest.raises(BundleError, match="cannot publish cache entry"):
         warmkit.install_bundle(bundle)
 
@@ -510,7 +510,7 @@ def test_cli_exit_codes(site, reg, bundle, tmp_path, capsys):
 
 def test_an_entry_swapped_out_while_being_compared_is_replaced(site, bundle, monkeypatch):
     """A concurrent installer renames the entry away mid-comparison: no error, a correct entry."""
-    from warmkit import _integrity
+    from warmkit._cache import integrity as _integrity
 
     warmkit.install_bundle(bundle)
     dest = BundleBackend.root
@@ -668,7 +668,7 @@ def test_a_write_error_of_this_host_is_named_with_its_path_not_a_truncated_bundl
 ):
     import builtins
 
-    from warmkit import _bundle
+    from warmkit._cache import bundle as _bundle
 
     written = []
 
@@ -702,7 +702,7 @@ def test_a_write_error_of_this_host_is_named_with_its_path_not_a_truncated_bundl
 def test_a_build_ignores_warmkit_variables_on_purpose_without_a_warning(
     site, reg, tmp_path, monkeypatch, caplog
 ):
-    from warmkit import _config
+    from warmkit._warmup import config as _config
 
     monkeypatch.setattr(_config, "_warned", set())
     monkeypatch.setenv("WARMKIT_MONITOR", "error")  # a build never arms the monitor

@@ -12,7 +12,7 @@ import pytest
 
 import warmkit
 from warmkit import WarmupRegistry, monitor
-from warmkit._cli import main
+from warmkit._cli.commands import main
 
 from . import _kernels
 from ._kernels import OtherKernel, PyKernel
@@ -292,7 +292,7 @@ def test_python_m_warmkit_list_json_and_exit_codes(manifest, tmp_path):
 def test_help_lists_exit_codes_and_every_argument_has_help():
     import argparse
 
-    from warmkit._cli_args import make_parser
+    from warmkit._cli.args import make_parser
 
     def walk(parser):
         yield parser

@@ -174,7 +174,7 @@ def test_warmup_and_prepares_setup_run_under_the_guard(monkeypatch):
     assert during == [True, True]
     assert ast.parse is original
 
-    from warmkit import _prepare
+    from warmkit._warmup import prepare as _prepare
 
     in_setup: list[bool] = []
     monkeypatch.setattr(

@@ -52,7 +52,7 @@ def test_config_backends_is_a_normalised_allow_list():
 
 @pytest.fixture
 def fresh_warnings(monkeypatch):
-    from warmkit import _config
+    from warmkit._warmup import config as _config
 
     monkeypatch.setattr(_config, "_warned", set())
     for name in _config.ENV_FIELDS.values():
@@ -94,7 +94,7 @@ def test_a_config_from_env_never_warns_even_with_overrides(fresh_warnings, monke
     assert _warnings(caplog) == []
     # the same values given by hand: the variables are not applied, and that is said
     assert WarmupConfig.from_env().store == "/srv/store"
-    from warmkit._config import unapplied_variables
+    from warmkit._warmup.config import unapplied_variables
 
     assert unapplied_variables(WarmupConfig(monitor="error")) == (
         "WARMKIT_MONITOR",

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from warmkit import _plugins as plugins
+from warmkit._plugin import discovery as plugins
 
 PYPROJECT = """
 [build-system]

@@ -1,11 +1,11 @@
-"""``warmkit._explain``'s comparison: the nearest entry of the kernel and the first factor that differs."""
+"""``warmkit._cache.misses``'s comparison: the nearest entry of the kernel and the first factor that differs."""
 
 from __future__ import annotations
 
 import json
 
 import warmkit
-from warmkit._explain import Explanation, miss_reason, nearest_difference
+from warmkit._cache.misses import Explanation, miss_reason, nearest_difference
 from warmkit.testing import backend_override
 
 from ._kernels import FakeBackend, ScaleKernel

@@ -1,4 +1,4 @@
-"""warmkit._integrity: records, verification and quarantine of cache entries, broken on purpose."""
+"""warmkit._cache.integrity: records, verification and quarantine of cache entries, broken on purpose."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from warmkit import _integrity
-from warmkit._integrity import (
+from warmkit._cache import integrity as _integrity
+from warmkit._cache.integrity import (
     QUARANTINE_DIR,
     RECORD,
     STAMP,
@@ -173,7 +173,7 @@ def test_update_record_rerecords_only_the_named_files(tmp_path):
     write_record(entry)
     (entry / "k.json").write_text('{"name": "k", "path": "/new/place"}')  # warmkit relocated it
     (entry / "k.bin").write_bytes(b"bad")  # corruption is not blessed
-    from warmkit._integrity import update_record
+    from warmkit._cache.integrity import update_record
 
     update_record(entry, ["k.json"])
     assert verify_entry(entry) == ["k.bin has 3 bytes, recorded 256"]

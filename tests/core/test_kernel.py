@@ -14,7 +14,7 @@ import pytest
 
 import warmkit
 from warmkit import JitKernel, KernelDefinitionError, RuntimeCompileError, monitor
-from warmkit import _kernel as kernel_module
+from warmkit._kernel import jit as kernel_module
 
 from . import _kernels
 from ._kernels import Executor, OtherKernel, PyKernel
@@ -521,7 +521,7 @@ def test_register_warmup_accepts_plain_data_and_space_objects(registry):
 
 
 def test_a_dropped_registration_warns_once_naming_the_kernel_and_the_fix(caplog, monkeypatch):
-    from warmkit import _registry
+    from warmkit._registry import registry as _registry
 
     monkeypatch.setattr(_registry, "_unregistered", set())
     caplog.set_level(logging.DEBUG, logger="warmkit")

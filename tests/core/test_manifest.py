@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 import warmkit
 from warmkit import RecordedEntry
-from warmkit._manifest import manifest_text, split_written
-from warmkit._record import key_entry, parse_recorded, read_manifest
+from warmkit._registry.manifest.text import manifest_text, split_written
+from warmkit._registry.recorded import key_entry, parse_recorded, read_manifest
 
 from . import _kernels
 
@@ -173,7 +173,7 @@ def test_a_manifest_without_recorded_entries_is_read_as_json(tmp_path):
 def test_an_id_made_on_purpose_for_text_that_is_not_one_object_is_refused(tmp_path):
     import hashlib
 
-    from warmkit._record import _id_parts
+    from warmkit._registry.recorded import _id_parts
 
     path, entries = _saved(tmp_path)
     victim = entries[0]  # a "key" entry: its group's specs are parsed in one call

@@ -11,7 +11,7 @@ import textwrap
 import pytest
 
 import warmkit
-from warmkit._manifest_modules import manifest_modules, origin
+from warmkit._registry.manifest.modules import manifest_modules, origin
 
 EVIL = textwrap.dedent(
     """

@@ -1,4 +1,4 @@
-"""warmkit._memo: a memoized dispatch is exact (types, instance state, subclasses, bounds)."""
+"""warmkit._kernel.memo: a memoized dispatch is exact (types, instance state, subclasses, bounds)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import warmkit
-from warmkit import _memo
+from warmkit._kernel import memo as _memo
 
 
 class Typed(warmkit.JitKernel):
@@ -290,7 +290,7 @@ def test_a_runtime_inputs_that_raises_is_a_warning_never_a_failed_warmup(monkeyp
         raise RuntimeError("runtime_inputs broke")
 
     monkeypatch.setattr(Rehearsed, "runtime_inputs", classmethod(broken))
-    with caplog.at_level("WARNING", logger="warmkit._memo"):
+    with caplog.at_level("WARNING", logger="warmkit._kernel.memo"):
         report = _warm({"dtype": "f16", "n": 8})
     assert report.ok and [e.status for e in report.entries] == ["compiled"]
     assert any("runtime_inputs broke" in r.getMessage() for r in caplog.records)

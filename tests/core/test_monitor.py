@@ -9,7 +9,7 @@ import pytest
 
 import warmkit
 from warmkit import RuntimeCompileError, monitor
-from warmkit import _plugins as plugins
+from warmkit._plugin import discovery as plugins
 
 from . import _kernels
 from ._kernels import FakeBackend, PyKernel, ScaleKernel

@@ -87,7 +87,7 @@ def test_record_refuses_triton_interpret_naming_it(tmp_path: Path) -> None:
 
 
 def test_a_failed_recording_on_a_host_without_a_gpu_says_why(tmp_path: Path) -> None:
-    from warmkit._plugins import discover, get_backend
+    from warmkit._plugin.discovery import discover, get_backend
 
     for info in discover("warmkit.backends"):
         try:
@@ -174,7 +174,7 @@ def test_needs_tuning_is_one_summary_line_not_one_per_key() -> None:
 def test_list_reports_tilelang_and_cutedsl_without_importing_them(tmp_path: Path) -> None:
     code = (
         "import json, sys\n"
-        "from warmkit._cli import main\n"
+        "from warmkit._cli.commands import main\n"
         "rc = main(['list', '--json'])\n"
         "heavy = sorted(m for m in ('tilelang', 'tvm', 'cutlass', 'torch') if m in sys.modules)\n"
         "print(json.dumps(heavy), file=sys.stderr)\n"
@@ -217,7 +217,7 @@ def test_a_misspelt_variable_is_named_once_with_a_did_you_mean(tmp_path: Path) -
 
 
 def test_list_check_flags_an_entry_point_that_is_not_a_kernel(capsys, fake_backend) -> None:
-    from warmkit._cli import main
+    from warmkit._cli.commands import main
 
     from . import _kernels
 
@@ -245,7 +245,7 @@ def test_list_check_flags_an_entry_point_that_is_not_a_kernel(capsys, fake_backe
 def test_line_progress_writes_a_line_per_tenth_and_the_last() -> None:
     import io
 
-    from warmkit._report import LineProgress
+    from warmkit._warmup.report import LineProgress
 
     out = io.StringIO()
     bar = LineProgress(96, every=1e9, file=out)  # no time-based line in this test
@@ -279,7 +279,7 @@ def test_a_warmup_with_stderr_not_a_terminal_shows_progress_lines(capsys, fake_b
 
 @pytest.mark.skipif(not hasattr(signal, "pthread_sigmask"), reason="POSIX signal masks")
 def test_a_compile_threads_child_process_is_shielded_from_the_terminals_ctrl_c() -> None:
-    from warmkit._runner import run
+    from warmkit._warmup.runner import run
 
     probe = (
         "import signal; print(int(signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, [])))"

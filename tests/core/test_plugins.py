@@ -9,7 +9,7 @@ import pytest
 
 import warmkit
 from warmkit import BackendUnavailableError, PluginLoadError, WarmupRegistry
-from warmkit import _plugins as plugins
+from warmkit._plugin import discovery as plugins
 from warmkit.testing import isolated_backends, unload_backend
 
 from . import _kernels
@@ -76,10 +76,13 @@ def test_discover_reports_distribution_and_version_sorted(plugin_site):
     for name, stub in (("tilelang", "TileLangStubBackend"), ("cutedsl", "CuteDSLStubBackend")):
         info = infos[name]
         if info.replaces is None:
-            assert (info.distribution, info.value) == ("warmkit", f"warmkit._backend:{stub}")
+            assert (info.distribution, info.value) == (
+                "warmkit",
+                f"warmkit._plugin.contract:{stub}",
+            )
         else:
             assert info.distribution == f"warmkit-{name}"
-            assert info.replaces == f"warmkit._backend:{stub}"
+            assert info.replaces == f"warmkit._plugin.contract:{stub}"
 
 
 def test_entry_points_are_read_fresh_without_a_version_bump(plugin_site, no_stevedore_cache):
@@ -410,7 +413,7 @@ def test_a_plugin_replacing_a_core_stub_is_intended_not_a_conflict(plugin_site):
     (info,) = [i for i in plugins.discover(plugins.BACKENDS_GROUP) if i.name == "cutedsl"]
     assert info.distribution == ("warmkit-cutedsl" if real else "acme-cutedsl")
     assert not info.conflicts
-    assert info.replaces == "warmkit._backend:CuteDSLStubBackend"
+    assert info.replaces == "warmkit._plugin.contract:CuteDSLStubBackend"
     unload_backend("cutedsl")
     module = type(plugins.get_backend("cutedsl")).__module__
     assert module.startswith("warmkit_cutedsl") if real else module == "wkp_cute_real"

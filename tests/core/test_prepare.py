@@ -59,7 +59,7 @@ def test_the_setup_runs_in_a_background_thread_and_warmup_waits_for_it(backend, 
     assert warmkit.prepare(FAKE) == 0  # jobs=1: no worker processes
     threading.Timer(0.3, PreparingBackend.release.set).start()
     t0 = time.perf_counter()
-    with caplog.at_level("INFO", logger="warmkit._warmup"):
+    with caplog.at_level("INFO", logger="warmkit._warmup.orchestrate"):
         report = warmkit.warmup(WarmupConfig(progress="off"), registry(ScaleKernel))
     waits = [r.getMessage() for r in caplog.records if "for the setup" in r.getMessage()]
     assert len(waits) == 1 and float(waits[0].split("waited ")[1].split(" s")[0]) >= 0.25
@@ -141,7 +141,7 @@ def test_prepares_is_a_capability():
 def test_a_setup_failure_for_another_target_fails_nothing_here(backend, caplog):
     PreparingBackend.error = RuntimeError("sm_100 is unknown here")
     warmkit.prepare(WarmupConfig(backends=("fake",), jobs=1, progress="off", target="fake:100"))
-    with caplog.at_level("WARNING", logger="warmkit._prepare"):
+    with caplog.at_level("WARNING", logger="warmkit._warmup.prepare"):
         report = warmkit.warmup(WarmupConfig(progress="off"), registry(ScaleKernel))
     assert [e.status for e in report.entries] == ["compiled", "compiled"]
     assert any("fake:100" in r.getMessage() and "sm_100" in r.getMessage() for r in caplog.records)
@@ -161,7 +161,7 @@ class WorkerRefusing(PreparingBackend):
 
 
 def test_a_failure_setting_up_the_workers_is_a_warning_not_a_failed_key(caplog):
-    from warmkit import _workers
+    from warmkit._warmup import workers as _workers
 
     PreparingBackend.events, PreparingBackend.release, PreparingBackend.error = [], None, None
     _workers.start_workers(1, modules=[])  # a started pool: prepare() then sets it up
@@ -181,7 +181,7 @@ def test_a_failure_setting_up_the_workers_is_a_warning_not_a_failed_key(caplog):
 
 def test_the_workers_are_set_up_before_this_process_is(backend, monkeypatch):
     """The workers' setup runs in their processes meanwhile: it must not wait for this one's."""
-    from warmkit import _workers
+    from warmkit._warmup import workers as _workers
 
     scheduled = []
     monkeypatch.setattr(
@@ -197,5 +197,5 @@ def test_the_workers_are_set_up_before_this_process_is(backend, monkeypatch):
         assert PreparingBackend.events == []
     finally:
         PreparingBackend.release.set()
-        warmkit._prepare.join()
+        warmkit._warmup.prepare.join()
     assert [kind for kind, _ in PreparingBackend.events] == ["setup"]

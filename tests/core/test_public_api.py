@@ -187,17 +187,17 @@ def test_py_typed_is_in_the_package_and_the_wheel(tmp_path):
     assert not [n for n in names if n.startswith(("plugins/", "tests/"))]
     entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
     text = zipfile.ZipFile(wheel).read(entry_points).decode()
-    assert "warmkit = warmkit._cli:main" in text
-    assert "tilelang = warmkit._backend:TileLangStubBackend" in text
-    assert "cutedsl = warmkit._backend:CuteDSLStubBackend" in text
+    assert "warmkit = warmkit._cli.commands:main" in text
+    assert "tilelang = warmkit._plugin.contract:TileLangStubBackend" in text
+    assert "cutedsl = warmkit._plugin.contract:CuteDSLStubBackend" in text
 
 
 def test_console_script_and_stub_entry_points_are_installed():
     eps = importlib.metadata.distribution("warmkit").entry_points
     assert {(e.group, e.name, e.value) for e in eps} >= {
-        ("console_scripts", "warmkit", "warmkit._cli:main"),
-        ("warmkit.backends", "tilelang", "warmkit._backend:TileLangStubBackend"),
-        ("warmkit.backends", "cutedsl", "warmkit._backend:CuteDSLStubBackend"),
+        ("console_scripts", "warmkit", "warmkit._cli.commands:main"),
+        ("warmkit.backends", "tilelang", "warmkit._plugin.contract:TileLangStubBackend"),
+        ("warmkit.backends", "cutedsl", "warmkit._plugin.contract:CuteDSLStubBackend"),
     }
 
 

@@ -1,4 +1,4 @@
-"""warmkit._record: recorded entries, the recorder (dedup, atomic, several processes), replay of keys."""
+"""warmkit._registry.recorded: recorded entries, the recorder (dedup, atomic, several processes), replay of keys."""
 
 from __future__ import annotations
 
@@ -18,7 +18,13 @@ from hypothesis import strategies as st
 
 import warmkit
 from warmkit import RecordedEntry, Recorder, monitor
-from warmkit._record import decode_key, encode_key, expand_path, key_entry, resolve_recorded
+from warmkit._registry.recorded import (
+    decode_key,
+    encode_key,
+    expand_path,
+    key_entry,
+    resolve_recorded,
+)
 
 from . import _kernels
 
@@ -261,7 +267,7 @@ def test_resolve_recorded_asks_each_raw_entrys_own_backend() -> None:
 def test_encode_key_refuses_non_keys() -> None:
     with pytest.raises(TypeError):
         encode_key({"a": 1})
-    assert sys.modules["warmkit._record"].RecordedEntry is RecordedEntry
+    assert sys.modules["warmkit._registry.recorded"].RecordedEntry is RecordedEntry
 
 
 json_data = st.recursive(
@@ -281,7 +287,7 @@ json_data = st.recursive(
 
 @given(json_data)
 def test_the_encoder_for_parsed_json_agrees_with_the_canonical_one(data) -> None:
-    from warmkit._codec import _encode_canonical, _encode_parsed
+    from warmkit._registry.manifest.codec import _encode_canonical, _encode_parsed
 
     parsed = json.loads(json.dumps(data))
     assert _encode_parsed(parsed) == _encode_canonical(parsed)
@@ -292,7 +298,7 @@ def test_the_encoder_for_parsed_json_agrees_with_the_canonical_one(data) -> None
 
 @given(json_data, st.sampled_from(["", " ", "\n", "x", "]", " 1"]))
 def test_the_decoder_for_canonical_json_is_json_loads(data, around) -> None:
-    from warmkit._codec import _canonical, _decode_canonical
+    from warmkit._registry.manifest.codec import _canonical, _decode_canonical
 
     text = _canonical(data)
     assert _decode_canonical(text) == json.loads(text)

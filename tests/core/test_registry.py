@@ -13,7 +13,7 @@ import pytest
 
 import warmkit
 from warmkit import Choices, IntRange, ManifestError, WarmupRegistry, zip_inputs
-from warmkit import _registry as registry_module
+from warmkit._registry import registry as registry_module
 
 from . import _kernels
 from ._kernels import OtherKernel, PyKernel
@@ -196,7 +196,7 @@ class CountingInt(int):
 def test_dedup_is_hashed_not_a_scan(registry, monkeypatch):
     # A scan compares each new registration with every stored one: n**2 / 2 comparisons.
     # (Registrations take exact plain types only; let this counting int through.)
-    import warmkit._registry as registry_module
+    import warmkit._registry.registry as registry_module
 
     monkeypatch.setattr(
         registry_module, "_PLAIN_SCALARS", (*registry_module._PLAIN_SCALARS, CountingInt)

@@ -7,7 +7,7 @@ import json
 from hypothesis import given
 from hypothesis import strategies as st
 
-from warmkit._report import STATUSES, ReportEntry, WarmupReport, _entry_lines
+from warmkit._warmup.report import STATUSES, ReportEntry, WarmupReport, _entry_lines
 
 texts = st.one_of(st.none(), st.text())
 keys = st.one_of(

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from warmkit._runner import NOT_ATTEMPTED, run
+from warmkit._warmup.runner import NOT_ATTEMPTED, run
 
 
 class Calls:

@@ -1,4 +1,4 @@
-"""warmkit._schema: a malformed manifest is refused with the JSON path, the kernel and what was expected."""
+"""warmkit._registry.manifest.schema: a malformed manifest is refused with the JSON path, the kernel and what was expected."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import warmkit
-from warmkit import ManifestError, WarmupRegistry, _schema
-from warmkit._schema import validate_manifest
+from warmkit import ManifestError, WarmupRegistry
+from warmkit._registry.manifest import schema as _schema
+from warmkit._registry.manifest.schema import validate_manifest
 
 from ._kernels import OtherKernel, PyKernel
 

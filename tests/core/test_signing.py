@@ -1,4 +1,4 @@
-"""Signed bundles (warmkit._signing): keygen, sign, trust; tampering and untrusted keys refused."""
+"""Signed bundles (warmkit._cache.signing): keygen, sign, trust; tampering and untrusted keys refused."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 
 import warmkit
 from warmkit import BundleError
-from warmkit._cli import main
+from warmkit._cli.commands import main
 
 from ._bundle_backend import BundleBackend
 from .test_bundle import TARGET, entries, reg, rewrite, site  # noqa: F401 -- fixtures
@@ -18,7 +18,7 @@ pytest.importorskip("cryptography")
 
 @pytest.fixture
 def keys(tmp_path):
-    from warmkit._signing import generate_key
+    from warmkit._cache.signing import generate_key
 
     return generate_key(tmp_path / "signer.pem"), generate_key(tmp_path / "other.pem")
 

@@ -603,7 +603,7 @@ def test_astronomically_large_space_still_fails_on_max_points_with_the_count():
 
 
 def test_advance_that_grows_too_slowly_is_refused(monkeypatch):
-    from warmkit import _space
+    from warmkit._registry import space as _space
 
     monkeypatch.setattr(_space, "MAX_ADVANCE_VALUES", 50)
     assert len(IntRange(0, 50, advance=lambda v: v + 1)) == 50

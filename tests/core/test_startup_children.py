@@ -13,12 +13,12 @@ import sys
 from pathlib import Path
 
 import warmkit
-from warmkit._startup import hook_environment
+from warmkit._cli.startup import hook_environment
 
 WARMED = "warmkit run: warmed 0 key(s)"
 
 _WORKERS = """
-from warmkit import _workers
+from warmkit._warmup import workers as _workers
 
 if __name__ == "__main__":
     _workers.start_workers(2, modules=[])

@@ -9,7 +9,7 @@ import time
 import pytest
 
 import warmkit
-from warmkit._store import (
+from warmkit._cache.stores.base import (
     DirectoryStore,
     RedisStore,
     StoredEntry,

@@ -14,8 +14,8 @@ import time
 import pytest
 
 import warmkit
-from warmkit._fleet import Fleet
-from warmkit._store import (
+from warmkit._cache.fleet import Fleet
+from warmkit._cache.stores.base import (
     SIGNATURE,
     DirectoryStore,
     StoredEntry,
@@ -36,7 +36,7 @@ def declared(name: str) -> bool:
 
 @pytest.fixture
 def keys(tmp_path):
-    from warmkit._signing import generate_key
+    from warmkit._cache.signing import generate_key
 
     return generate_key(tmp_path / "fleet.pem"), generate_key(tmp_path / "other.pem")
 
@@ -218,7 +218,7 @@ def test_an_unreadable_signing_key_is_an_error_naming_it(monkeypatch, tmp_path):
 
 
 def test_trust_and_its_alias(keys, monkeypatch):
-    from warmkit._signing import trusted_keys
+    from warmkit._cache.signing import trusted_keys
 
     (_, public), (_, other) = keys
     monkeypatch.setenv("WARMKIT_BUNDLE_TRUST", str(public))
@@ -381,7 +381,7 @@ def test_a_manifest_whose_file_records_are_malformed_is_refused_not_raised(liste
     ],
 )
 def test_cache_verify_reports_a_damaged_provenance_record(tmp_path, text, problem):
-    from warmkit._fleet import PROVENANCE, provenance_problems
+    from warmkit._cache.fleet import PROVENANCE, provenance_problems
 
     (tmp_path / PROVENANCE).write_text(text)
     (found,) = provenance_problems(object(), tmp_path, {})

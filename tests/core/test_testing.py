@@ -6,7 +6,7 @@ import pytest
 
 import warmkit
 from warmkit import WarmupConfig, monitor
-from warmkit import _plugins as plugins
+from warmkit._plugin import discovery as plugins
 from warmkit.testing import backend_override, isolated_backends, unload_backend
 
 from ._kernels import FakeBackend, ScaleKernel

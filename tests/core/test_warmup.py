@@ -24,9 +24,9 @@ from warmkit import (
     monitor,
 )
 from warmkit import _compat as compat_module
-from warmkit import _plugins as plugins
-from warmkit import _warmup as warmup_module
 from warmkit._compat import process_froze_objects
+from warmkit._plugin import discovery as plugins
+from warmkit._warmup import orchestrate as warmup_module
 from warmkit.testing import backend_override
 
 from . import _kernels
@@ -246,7 +246,7 @@ def test_unavailable_backend_error_names_kernel_backend_and_install_hint(fake_ba
 
 def test_a_present_stub_backend_fails_its_keys_saying_it_is_a_stub():
     # No device and no target: the core leaves it to the backend, so a stub says it is one.
-    from warmkit._backend import TileLangStubBackend
+    from warmkit._plugin.contract import TileLangStubBackend
 
     class TileKernel(warmkit.JitKernel):
         backend = "tilelang"
@@ -585,7 +585,7 @@ def test_a_kernel_that_cannot_be_built_to_plan_it_is_named_before_any_bundle_ins
     reg = WarmupRegistry()
     reg.add(NeedsArgs, n=1)
     installs = []
-    monkeypatch.setattr("warmkit._bundle.install_bundle", lambda path: installs.append(path))
+    monkeypatch.setattr("warmkit._cache.bundle.install_bundle", lambda path: installs.append(path))
     with pytest.raises(TypeError, match=f"{NeedsArgs.name}.*no arguments"):
         warmkit.warmup(cfg(bundle="kernels.wkb"), reg)
     assert installs == []
@@ -723,7 +723,13 @@ def test_report_to_dict_to_json_and_table():
     table = report.table()
     assert str(report) == table
     lines = table.splitlines()
-    assert lines[0].split() == ["kernel", "backend", "keys", *warmkit._report.STATUSES, "seconds"]
+    assert lines[0].split() == [
+        "kernel",
+        "backend",
+        "keys",
+        *warmkit._warmup.report.STATUSES,
+        "seconds",
+    ]
     assert any(line.startswith(PyKernel.name) and " 3 " in line for line in lines)
     assert any(line.startswith("tests.other") for line in lines)
     assert any(line.startswith("total") and " 4 " in line for line in lines)
@@ -926,7 +932,7 @@ def test_a_misbehaving_plugin_is_named_in_each_key_error(
 
 
 def test_a_long_compiler_log_is_cut_to_its_first_and_last_lines():
-    from warmkit._warmup import _describe
+    from warmkit._warmup.orchestrate import _describe
 
     log = "\n".join(f"line {i}" for i in range(5600))
     out = _describe(RuntimeError(f"ptxas failed\n{log}"))
@@ -1017,7 +1023,7 @@ def test_a_compile_scope_that_raises_on_entry_is_a_plugin_error(fake_backend, mo
 
 
 def test_an_error_from_specializations_in_coverage_is_a_plugin_error(fake_backend, monkeypatch):
-    from warmkit._coverage import coverage
+    from warmkit._registry.coverage import coverage
 
     def specializations(self, kernel, keys, target):
         raise AttributeError("no specializer")

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 import warmkit
-from warmkit import _workers
+from warmkit._warmup import workers as _workers
 from warmkit.testing import backend_override
 
 from ._proc_kernels import LOG_ENV, ProcBackend, ProcKernel, read_log

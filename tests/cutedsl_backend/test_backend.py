@@ -10,7 +10,7 @@ import pytest
 from warmkit_cutedsl import CuteArtifact, CuteDSLBackend, VectorAdd
 
 import warmkit
-from warmkit import _plugins as plugins
+from warmkit._plugin import discovery as plugins
 from warmkit.testing import unload_backend
 
 from .conftest import AOT_TARGET, run_child
@@ -86,7 +86,7 @@ def test_bundle_round_trip_into_an_empty_cache_then_only_exports(tmp_path):
 def test_the_plugin_replaces_the_core_stub():
     (info,) = [i for i in plugins.discover(plugins.BACKENDS_GROUP) if i.name == "cutedsl"]
     assert info.distribution == "warmkit-cutedsl" and not info.conflicts
-    assert info.replaces == "warmkit._backend:CuteDSLStubBackend"
+    assert info.replaces == "warmkit._plugin.contract:CuteDSLStubBackend"
     unload_backend("cutedsl")
     backend = plugins.get_backend("cutedsl")
     assert isinstance(backend, CuteDSLBackend) and backend.available().version == "4.8.1"

@@ -38,7 +38,7 @@ def test_cache_info_and_verify_of_an_empty_tilelang_cache_import_no_dsl(tmp_path
     for command in ("info", "verify"):
         code = (
             "import json, sys\n"
-            "from warmkit._cli import main\n"
+            "from warmkit._cli.commands import main\n"
             f"rc = main(['cache', '{command}', '--json'])\n"
             f"print(json.dumps([rc, {HEAVY}]), file=sys.stderr)\n"
         )

@@ -156,7 +156,7 @@ def test_disarming_the_monitor_does_not_import_tilelang():
 
     code = (
         "import sys\n"
-        "from warmkit import _plugins, monitor\n"
+        "from warmkit import monitor\nfrom warmkit._plugin import discovery as _plugins\n"
         "backend = _plugins.get_backend('tilelang')\n"
         "monitor.arm('off')\n"
         "backend.uninstall_monitor()\n"

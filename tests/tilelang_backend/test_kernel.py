@@ -8,14 +8,14 @@ from warmkit_tilelang import TiledGemm, TileLangBackend, TileLangKernel
 
 import warmkit
 from warmkit import KernelDefinitionError
-from warmkit import _plugins as plugins
+from warmkit._plugin import discovery as plugins
 from warmkit.testing import unload_backend
 
 
 def test_the_plugin_replaces_the_core_stub_without_a_conflict():
     (info,) = [i for i in plugins.discover(plugins.BACKENDS_GROUP) if i.name == "tilelang"]
     assert info.distribution == "warmkit-tilelang" and not info.conflicts
-    assert info.replaces == "warmkit._backend:TileLangStubBackend"
+    assert info.replaces == "warmkit._plugin.contract:TileLangStubBackend"
     unload_backend("tilelang")
     backend = plugins.get_backend("tilelang")
     assert isinstance(backend, TileLangBackend) and isinstance(backend, warmkit.Backend)

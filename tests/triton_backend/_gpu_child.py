@@ -201,7 +201,7 @@ def main() -> None:
         result["check"] = warmkit_triton.check_aot_cache()
     elif mode == "aot-use":
         assert torch.cuda.is_available()
-        from warmkit._plugins import get_backend
+        from warmkit._plugin.discovery import get_backend
 
         get_backend("triton")
         monitor.arm("warn")

@@ -265,8 +265,8 @@ def test_a_truncated_but_well_formed_gzip_is_refused(built, tmp_path):
 
 _RACER = """
 import pathlib, sys, time
-from warmkit import _plugins
-from warmkit._cli import main
+from warmkit._plugin import discovery as _plugins
+from warmkit._cli.commands import main
 _plugins.get_backend("triton").cache_fingerprint("cuda:90")  # imports and triton_key done
 ready, go = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
 ready.touch()

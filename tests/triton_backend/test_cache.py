@@ -18,8 +18,8 @@ from warmkit_triton import check_aot_cache
 from warmkit_triton._entry import verify_cache_entry
 
 import warmkit
-from warmkit import _integrity
-from warmkit._integrity import QUARANTINE_DIR, RECORD, STAMP, verify_cache
+from warmkit._cache import integrity as _integrity
+from warmkit._cache.integrity import QUARANTINE_DIR, RECORD, STAMP, verify_cache
 
 from ._kernels import Add
 from .conftest import AOT_TARGET

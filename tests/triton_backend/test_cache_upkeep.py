@@ -10,8 +10,10 @@ import pytest
 from warmkit_triton import TritonBackend
 
 import warmkit
-from warmkit import _cache, _cli
-from warmkit._integrity import iter_entries
+from warmkit._cache import upkeep as _cache
+from warmkit._cache.integrity import iter_entries
+from warmkit._cli import commands as _cli
+from warmkit._warmup.explain import manifest_entries
 
 from ._fleet_child import SPACE, complete_entries, registry
 from ._kernels import Add
@@ -148,7 +150,7 @@ def test_prune_keep_never_evicts_what_the_manifest_needs(cache, capsys, tmp_path
         Add().register_warmup(**{**SPACE, "dtype": ["float16"]})
     manifest = reg.save(tmp_path / "serving.json")
     backend = TritonBackend()
-    needed = _cache.manifest_entries("triton", backend, manifest, AOT_TARGET)
+    needed = manifest_entries("triton", backend, manifest, AOT_TARGET)
     assert len(needed) == 4 and all(v.startswith(Add.name) for v in needed.values())
     for name in needed:
         for p in (cache / name).rglob("*"):

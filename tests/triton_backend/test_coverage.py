@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import warmkit
-from warmkit._coverage import coverage
+from warmkit._registry.coverage import coverage
 
 HERE = Path(__file__).parent
 CHILD = HERE / "_record_child.py"

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import warmkit
-from warmkit._coverage import coverage
+from warmkit._registry.coverage import coverage
 
 HERE = Path(__file__).parent
 ROOT = HERE.parents[1]

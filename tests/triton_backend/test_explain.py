@@ -19,7 +19,7 @@ import pytest
 import triton
 
 import warmkit
-from warmkit import _cli
+from warmkit._cli import commands as _cli
 
 from .test_pins import GPU_HOST, SAVE, _build, _env, _run
 

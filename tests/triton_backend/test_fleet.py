@@ -209,8 +209,8 @@ def test_a_corrupted_store_entry_is_refused_deleted_and_recompiled(
     assert local.entry_files(digest)["add_kernel.cubin"].read_bytes() != bad  # never loaded
     # the bad entry was deleted, and the recompiled one republished in its place
     assert client.hget(victim, "file:add_kernel.cubin") != bad
-    entry = warmkit._store.open_store(redis_server.url).get(key)
-    assert warmkit._store.verify_entry(entry) == []
+    entry = warmkit._cache.stores.base.open_store(redis_server.url).get(key)
+    assert warmkit._cache.stores.base.verify_entry(entry) == []
 
 
 def test_redis_stopped_mid_warmup_completes_locally_with_one_warning(

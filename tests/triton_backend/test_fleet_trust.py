@@ -21,7 +21,7 @@ from triton import knobs
 from warmkit_triton import TritonBackend
 
 import warmkit
-from warmkit._store import open_store
+from warmkit._cache.stores.base import open_store
 
 from ._fleet_child import complete_entries
 from .test_fleet import K, run_ranks, warm
@@ -33,7 +33,7 @@ pytest.importorskip("cryptography")
 
 @pytest.fixture
 def keys(tmp_path):
-    from warmkit._signing import generate_key
+    from warmkit._cache.signing import generate_key
 
     return generate_key(tmp_path / "fleet.pem"), generate_key(tmp_path / "attacker.pem")
 
@@ -142,7 +142,7 @@ def test_with_trust_forged_and_moved_entries_are_refused_and_compiled_here(
         digest = key.split("/")[1]
         here = TritonBackend().entry_files(digest)["add_kernel.cubin"].read_bytes()
         assert _read(client, key)[0]["add_kernel.cubin"] == here
-    assert warmkit._store.verify_entry(open_store(redis_server.url).get(forged)) == []
+    assert warmkit._cache.stores.base.verify_entry(open_store(redis_server.url).get(forged)) == []
 
 
 def test_with_store_required_a_refused_entry_fails_its_key_naming_the_store(
@@ -193,7 +193,7 @@ def test_wrong_type_and_unreadable_manifests_are_deleted_and_republished(
     assert sorted(report.store_refused) == sorted([wrong, unreadable])
     store = open_store(redis_server.url)
     for key in (wrong, unreadable):  # the good local result took the bad entry's place
-        assert warmkit._store.verify_entry(store.get(key)) == []
+        assert warmkit._cache.stores.base.verify_entry(store.get(key)) == []
     third = warm(tmp_path / "c", monkeypatch, store=redis_server.url)
     assert third.totals()["fetched"] == K
 
@@ -239,14 +239,14 @@ def test_two_hosts_with_trust_refuse_every_attack_and_compile_each_key_once(
     store = open_store(redis_server.url)
     for key in _entries(client):
         entry = store.get(key)
-        assert warmkit._store.verify_entry(entry) == [] and "signature" in entry.meta
+        assert warmkit._cache.stores.base.verify_entry(entry) == [] and "signature" in entry.meta
     assert sorted(complete_entries(tmp_path / "host0")) == sorted(
         complete_entries(tmp_path / "host1")
     )
 
 
 def _verify(cache: Path, capsys) -> tuple[int, dict]:
-    from warmkit._cli import main
+    from warmkit._cli.commands import main
 
     code = main(["cache", "verify", "--json", "--cache-dir", f"triton={cache}"])
     return code, json.loads(capsys.readouterr().out)["triton"]
@@ -288,7 +288,7 @@ def test_cache_verify_finds_a_fetched_binary_changed_after_install(
     entry = TritonBackend().entry_dir(digest)
     cubin = entry / "add_kernel.cubin"
     cubin.write_bytes(cubin.read_bytes()[:-8] + b"\x00" * 8)
-    warmkit._integrity.write_record(entry)  # even with its local record rewritten to match
+    warmkit._cache.integrity.write_record(entry)  # even with its local record rewritten to match
     code, result = _verify(tmp_path / "b", capsys)
     (problems,) = result["bad"].values()
     assert code == 1 and any(

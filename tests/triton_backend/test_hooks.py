@@ -20,7 +20,7 @@ from warmkit_triton._hooks import describe_specialization
 
 import warmkit
 from warmkit import RuntimeCompileError, monitor
-from warmkit._plugins import get_backend
+from warmkit._plugin.discovery import get_backend
 
 from ._kernels import Add, raw_mul_kernel
 from .conftest import AOT_TARGET

@@ -211,7 +211,7 @@ def test_recorded_kernel_built_under_the_other_value_holds_exactly_the_recorded_
 RECORD_KEYS = textwrap.dedent(
     """
     import sys, warmkit, _pinned_kernels as K
-    from warmkit._record import key_entry
+    from warmkit._registry.recorded import key_entry
     reg = warmkit.WarmupRegistry()
     for block in (16, 32):  # what `warmkit record` writes for a declared kernel's runtime miss
         reg.add_recorded(key_entry(K.PinnedDot, K.PinnedDot.CompileKey(block), "cuda:90"))

@@ -1,4 +1,4 @@
-"""Compile worker processes (warmkit._workers) with real Triton compiles for cuda:90 on this CPU host."""
+"""Compile worker processes (warmkit._warmup.workers) with real Triton compiles for cuda:90 on this CPU host."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pickle
 import pytest
 
 import warmkit
-from warmkit import _workers
+from warmkit._warmup import workers as _workers
 
 from ._kernels import WorkerAdd
 
@@ -111,7 +111,7 @@ def test_no_workers_inside_a_cache_scope(tmp_path):
 
 
 def test_prepare_workers_runs_the_backends_setup_in_each_started_worker():
-    from warmkit._plugins import get_backend
+    from warmkit._plugin.discovery import get_backend
 
     size = _workers.start_workers(2)
     futures = _workers.prepare_workers("triton", get_backend("triton"), TARGET)
@@ -129,7 +129,7 @@ def test_prime_worker_compiles_for_the_target_into_a_throwaway_cache(triton_cach
     from triton import knobs
     from warmkit_triton import _triton_api as api
 
-    from warmkit._plugins import get_backend
+    from warmkit._plugin.discovery import get_backend
 
     backend = get_backend("triton")
     assert isinstance(backend, warmkit.PrimesWorkers)
@@ -191,7 +191,7 @@ def test_a_pool_that_refuses_the_queue_is_a_warning_naming_the_key_and_nothing_i
     workers = _workers._Workers(pool, TARGET)
     kernel = WorkerAdd()
     items = [(kernel, WorkerAdd.CompileKey("float32", 4096, b)) for b in (32, 64, 128)]
-    with caplog.at_level("WARNING", logger="warmkit._workers"):
+    with caplog.at_level("WARNING", logger="warmkit._warmup.workers"):
         workers.queue_all(items, lambda k, key: False)
     (message,) = [r.getMessage() for r in caplog.records]
     assert "tests.WorkerAdd" in message and "block=64" in message and "pool is closing" in message

@@ -5,7 +5,7 @@
 * **its records**: the validity record of the host that built it
   (``validity_record``, ``warmkit-aot.json`` written by ``write_entry_record``),
   the flat ``fingerprint`` a bundle compares, and the integrity record
-  (``record_entry``, ``warmkit._integrity``);
+  (``record_entry``, ``warmkit._cache.integrity``);
 * **trusting it**: the structural check (``verify_cache_entry``), the verifying
   cache manager (``verifying``), why a recorded entry is stale here
   (``describe_entry``, ``check_aot_cache``);
@@ -19,7 +19,7 @@ metadata ``.json`` fails every later compile of that kernel with a bare
 a checked subclass of its file cache (``_triton_api.checked_cache_manager``): before Triton reads an entry as a hit, the
 entry is checked (its ``warmkit-integrity.json`` when warmkit wrote it, and
 :func:`verify_cache_entry` always); a bad entry is quarantined with a warning
-naming it (``warmkit._integrity``), and Triton compiles a fresh one.
+naming it (``warmkit._cache.integrity``), and Triton compiles a fresh one.
 
 A user's own ``TRITON_CACHE_MANAGER`` (e.g. a remote cache) is left alone:
 warmkit then verifies nothing at lookup and says so at DEBUG level.
@@ -43,7 +43,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from warmkit._integrity import quarantine, verify_entry_stamped, write_record
+from warmkit._cache.integrity import quarantine, verify_entry_stamped, write_record
 
 from . import _triton_api as api
 from ._aot import AotArtifact, Target, cache_dir, parse_target, triton_key_digest
@@ -378,7 +378,7 @@ def check_aot_cache(cache: str | os.PathLike[str] | None = None) -> list[str]:
     Returns:
         One line per problem; empty when every recorded entry is usable here.
     """
-    from warmkit._integrity import verify_cache
+    from warmkit._cache.integrity import verify_cache
 
     directory = Path(cache) if cache is not None else Path(cache_dir())
     directory = directory.resolve()
@@ -492,7 +492,7 @@ def relocate_cache_entry(staged: str | os.PathLike[str], final: str | os.PathLik
         staged: the entry's directory now.
         final: the directory it will have (may not exist yet).
     """
-    from warmkit._integrity import update_record
+    from warmkit._cache.integrity import update_record
 
     groups = api.relocate_group_files(staged, final)
     update_record(Path(staged), groups)

@@ -64,7 +64,6 @@ from ._identity import (
     used_globals,
 )
 from ._import import (
-    AST_PARSE_RACES,
     INSTALL_HINT,
     MIN_TRITON,
     TritonNotInstalledError,
@@ -137,7 +136,6 @@ from ._runtime import (
 )
 
 __all__ = [
-    "AST_PARSE_RACES",
     "GROUP_FILE_GLOB",
     "GROUP_FILE_PREFIX",
     "INSTALL_HINT",

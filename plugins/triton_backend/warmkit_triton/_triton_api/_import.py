@@ -4,19 +4,16 @@ from __future__ import annotations
 
 import functools
 import importlib
-import sys
 import threading
 from collections.abc import Callable
 from types import ModuleType
 
+# CPython gh-106905: concurrent ast.parse can fail; the one definition of where is the core's.
+from warmkit._compat import AST_PARSE_RACES
+
 #: The oldest Triton this backend supports; 3.6.0 and 3.9.0 are tested.
 MIN_TRITON = (3, 6)
 INSTALL_HINT = "pip install warmkit-triton  (or: pip install 'triton>=3.6')"
-#: CPython 3.11.0-3.11.7 and 3.12.0-3.12.1 share one AST-constructor depth counter between
-#: threads (CPython gh-106905): two ``ast.parse`` at once, as in a parallel warmup, can fail
-#: with "SystemError: AST constructor recursion depth mismatch".
-_PY = sys.version_info[:3]
-AST_PARSE_RACES = (3, 11, 0) <= _PY < (3, 11, 8) or (3, 12, 0) <= _PY < (3, 12, 2)
 
 
 # -- importing Triton ---------------------------------------------------------------------------

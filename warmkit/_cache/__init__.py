@@ -1,0 +1,1 @@
+"""_cache: see docs/architecture.md."""

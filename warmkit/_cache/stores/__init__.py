@@ -1,0 +1,1 @@
+"""stores: see docs/architecture.md."""

@@ -1,0 +1,219 @@
+"""The startup hook of ``warmkit record`` and ``warmkit run``: zero-code adoption.
+
+Both commands run the user's command with a temporary directory prepended to
+``PYTHONPATH`` that holds one ``sitecustomize.py``. Python imports it at
+startup, before the command's own code, in the child process only (and in its
+Python children, which inherit ``PYTHONPATH``: the ranks of a launcher). It
+calls :func:`main`, which:
+
+* ``warmkit run -m MANIFEST``: warms ``WARMKIT_MANIFEST`` up with
+  ``WarmupConfig.from_env()``, which then arms the monitor (and records, if
+  ``WARMKIT_RECORD`` is set; ``on_error`` defaults to ``collect`` there, so
+  every stale entry is listed); a failed warmup stops the command with exit
+  code 1 before any of its code runs;
+* ``warmkit record -o PATH``: starts recording into ``WARMKIT_RECORD`` and
+  arms the monitor of every installed backend (``WARMKIT_MONITOR``, default
+  ``warn``), so a command that never imports warmkit is recorded too.
+
+The original ``sitecustomize`` further down ``sys.path``, if any, still runs.
+"""
+
+from __future__ import annotations
+
+import importlib.machinery
+import importlib.util
+import logging
+import os
+import sys
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from .. import _envs
+from .._warmup.report import not_in_report
+
+__all__ = ["hook_environment", "main", "nothing_recorded_hint", "record_refusal"]
+
+logger = logging.getLogger(__name__)
+
+_HOOK = """\
+# Written by warmkit (warmkit record / warmkit run) for one child process; safe to delete.
+import warmkit._cli.startup
+
+warmkit._cli.startup.main(__file__)
+"""
+
+
+def hook_environment(env: dict[str, str], tmp: str) -> dict[str, str]:
+    """``env`` with a ``sitecustomize.py`` that calls :func:`main` first on ``PYTHONPATH``."""
+    path = Path(tmp, "sitecustomize.py")
+    path.write_text(_HOOK, encoding="utf-8")
+    env = dict(env)
+    old = env.get("PYTHONPATH")
+    env["PYTHONPATH"] = tmp if not old else tmp + os.pathsep + old
+    return env
+
+
+def hook_dir() -> tempfile.TemporaryDirectory[str]:
+    return tempfile.TemporaryDirectory(prefix="warmkit-startup-")
+
+
+def _chain(hook_file: str) -> None:
+    """Run the ``sitecustomize`` that ours shadows, if there is one."""
+    here = os.path.dirname(os.path.abspath(hook_file))
+    rest = [p for p in sys.path if os.path.abspath(p or ".") != here]
+    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
+    if spec is None or spec.loader is None:
+        return
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+
+
+def _configure_logging() -> None:
+    log = logging.getLogger("warmkit")
+    if not any(isinstance(h, logging.StreamHandler) for h in log.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("warmkit: %(levelname)s %(message)s"))
+        handler.addFilter(not_in_report)  # a failed warmup's table is printed: said once
+        log.addHandler(handler)
+        log.setLevel(logging.WARNING)
+        # Except this module's own lines: `warmkit run`'s one success line is news, not a warning.
+        logger.setLevel(logging.INFO)
+
+
+def main(hook_file: str | None = None) -> None:
+    """Warm up and/or start recording for this process, from the environment.
+
+    A failed warmup of ``WARMKIT_MANIFEST`` ends the process with exit code 1
+    (after printing the report), before any of the command's code runs.
+
+    In a process that ``multiprocessing`` spawned, what it is becomes known only
+    once it has unpickled its process object: the hook then acts just before
+    the process's target runs, and not at all in warmkit's own compile workers
+    (``_warmup.workers._WorkerProcess``), which would otherwise each warm up (or
+    record) the whole manifest again.
+    """
+    try:
+        if _multiprocessing_child():
+            _defer_to_bootstrap()
+        else:
+            _act()
+    finally:
+        if hook_file is not None:
+            _chain(hook_file)
+
+
+def _multiprocessing_child() -> bool:
+    """Started by ``multiprocessing``: a spawned child (its target not known yet), its forkserver
+    or its resource tracker (neither runs the command's code)."""
+    return any(a.startswith("from multiprocessing.") for a in getattr(sys, "orig_argv", ()))
+
+
+def _defer_to_bootstrap() -> None:
+    from multiprocessing.process import BaseProcess
+
+    original = BaseProcess._bootstrap
+
+    def bootstrap(self: BaseProcess, *args: Any, **kwargs: Any) -> Any:
+        BaseProcess._bootstrap = original  # type: ignore[method-assign]  # once per process
+        if not getattr(self, "warmkit_compile_worker", False):
+            _act()
+        return original(self, *args, **kwargs)
+
+    BaseProcess._bootstrap = bootstrap  # type: ignore[method-assign]
+
+
+def _act() -> None:
+    from .. import monitor
+    from .._registry.recorded import start_recording
+
+    _configure_logging()
+    manifest = _envs.get("WARMKIT_MANIFEST")
+    record = _envs.get("WARMKIT_RECORD")
+    if manifest is not None:
+        from .._warmup.config import WarmupConfig
+        from .._exceptions import WarmkitError
+        from .._registry.registry import WarmupRegistry
+        from .._warmup.orchestrate import warmup
+
+        try:
+            overrides: dict[str, Any] = {"progress": "off"}
+            if "WARMKIT_ON_ERROR" not in os.environ:
+                overrides["on_error"] = "collect"
+            config = WarmupConfig.from_env(**overrides)
+            report = warmup(config, WarmupRegistry.load(manifest))
+        except (WarmkitError, ValueError) as exc:
+            report = getattr(exc, "report", None)
+            if report is not None:
+                sys.stderr.write(report.table() + "\n")
+            logger.error(
+                "warmkit run: warmup of %s failed%s; the command did not run",
+                manifest,
+                " (the report above says why)" if report is not None else f": {exc}",
+            )
+            sys.stderr.flush()
+            # SystemExit inside sitecustomize is a fatal interpreter error with a traceback;
+            # the command must simply not run.
+            os._exit(1)
+        logger.info(
+            "warmkit run: warmed %d key(s) of %s in %.2fs (%d compiled, %d cached); monitor %s",
+            len(report.entries),
+            manifest,
+            report.seconds,
+            report.count("compiled"),
+            report.count("cached"),
+            report.monitor,
+        )
+    elif record is not None:
+        from .._plugin.discovery import load_every_backend
+
+        mode = _envs.get("WARMKIT_MONITOR")
+        start_recording(record)
+        load_every_backend()  # a command that never imports warmkit: hook every backend
+        monitor.arm("warn" if mode == "off" else mode)
+
+
+# -- what recording needs from the host ---------------------------------------------------------
+
+_TRUE = ("1", "true", "yes", "on", "y")  # how Triton's knobs read a boolean variable
+
+
+def record_refusal(env: Mapping[str, str]) -> str | None:
+    """Why ``warmkit record`` would record nothing of a command run with ``env``, or None.
+
+    Raw kernels are recorded when they compile. Under ``TRITON_INTERPRET=1``
+    Triton interprets every kernel and compiles none, so a recording would be
+    empty and a ``record && coverage`` CI step would pass on nothing. (Named
+    here, not in the Triton plugin, because the check runs before anything,
+    the plugin included, is imported.)
+    """
+    if env.get("TRITON_INTERPRET", "").strip().lower() in _TRUE:
+        return (
+            "TRITON_INTERPRET is set: Triton then interprets kernels and compiles none, so "
+            "nothing would be recorded; unset TRITON_INTERPRET and record on a GPU host "
+            "(docs/record.md, 'What recording needs')"
+        )
+    return None
+
+
+def nothing_recorded_hint(exit_code: int) -> str | None:
+    """One line for a recorded command that failed and compiled nothing on a host with no GPU.
+
+    Raw kernels compile when they launch, and they launch only on a GPU (on a
+    host without one Triton's launch fails with "0 active drivers"), so the
+    command most likely failed for that reason. None when a backend sees a device.
+    """
+    from .._plugin.discovery import discover, get_backend
+
+    for info in discover("warmkit.backends"):
+        try:
+            if get_backend(info.name).default_target() is not None:
+                return None
+        except Exception:  # an unavailable backend sees no device either
+            logger.debug("backend %s: no default target", info.name, exc_info=True)
+    return (
+        f"the command failed (exit {exit_code}) and compiled nothing, and no backend sees a GPU "
+        "on this host: raw kernels are recorded when they launch, which needs a GPU (Triton: "
+        "'0 active drivers'); record on a GPU host (docs/record.md, 'What recording needs')"
+    )

@@ -1,0 +1,1 @@
+"""_kernel: see docs/architecture.md."""

@@ -1,0 +1,1 @@
+"""_plugin: see docs/architecture.md."""

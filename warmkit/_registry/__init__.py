@@ -1,0 +1,1 @@
+"""_registry: see docs/architecture.md."""

@@ -1,0 +1,1 @@
+"""manifest: see docs/architecture.md."""

@@ -1,0 +1,1 @@
+"""_warmup: see docs/architecture.md."""
