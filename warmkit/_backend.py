@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager as ContextManager
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeAlias, runtime_checkable
 
 import attrs
 
@@ -35,6 +35,7 @@ __all__ = [
     "CuteDSLStubBackend",
     "Executor",
     "FleetCapable",
+    "KernelClass",
     "MonitorHooks",
     "Prepares",
     "PreparesEntries",
@@ -50,6 +51,10 @@ __all__ = [
     "missing_members",
     "target_scope",
 ]
+
+#: A ``JitKernel`` subclass as the modules below ``_kernel`` see it: they cannot import
+#: ``_kernel`` (a higher layer, tests/core/test_import_graph.py), so to mypy it is ``Any``.
+KernelClass: TypeAlias = Any
 
 _target: ContextVar[str | None] = ContextVar("warmkit_target", default=None)
 

@@ -69,6 +69,14 @@ def _backends(value: Any) -> tuple[str, ...] | None:
     return tuple(sorted({str(v).strip() for v in value if str(v).strip()}))
 
 
+def _optional_str(value: object) -> str | None:
+    return None if value is None else str(value)
+
+
+def _optional_path(value: str | os.PathLike[str] | None) -> str | None:
+    return None if value is None else os.fspath(value)
+
+
 def _store_url(_inst: Any, _attr: Any, url: str | None) -> None:
     # A malformed store URL is a configuration error now, not a failure of every key later.
     if url is not None:
@@ -114,16 +122,10 @@ class WarmupConfig:
     on_error: str = attrs.field(default="raise", validator=_in(*_envs.ON_ERROR_MODES))
     progress: str = attrs.field(default="auto", validator=_in(*_envs.PROGRESS_MODES))
     backends: tuple[str, ...] | None = attrs.field(default=None, converter=_backends)
-    bundle: str | None = attrs.field(
-        default=None, converter=lambda v: None if v is None else str(v)
-    )
+    bundle: str | None = attrs.field(default=None, converter=_optional_str)
     compile_timeout: float | None = attrs.field(default=None, validator=_timeout)
-    record: str | None = attrs.field(
-        default=None, converter=lambda v: None if v is None else os.fspath(v)
-    )
-    store: str | None = attrs.field(
-        default=None, converter=lambda v: None if v is None else str(v), validator=_store_url
-    )
+    record: str | None = attrs.field(default=None, converter=_optional_path)
+    store: str | None = attrs.field(default=None, converter=_optional_str, validator=_store_url)
     store_required: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
     read_only: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
 
@@ -182,7 +184,7 @@ def unapplied_variables(config: WarmupConfig) -> tuple[str, ...]:
         try:
             value = _envs.get(name)
             converter = fields[field].converter
-            if converter is not None:
+            if callable(converter):  # a plain function (attrs could also hold a Converter)
                 value = converter(value)
         except ValueError:
             names.append(name)  # it could not apply anyway: say so too

@@ -57,7 +57,8 @@ class FunctionKernel(JitKernel[K]):
 
     fn: ClassVar[Any]
     fn_kind: ClassVar[str] = "JIT function"
-    fn_check: ClassVar[Callable[[Any], bool] | None] = None
+    # a staticmethod; not a ClassVar, which mypy would bind as a method taking self
+    fn_check: Callable[[Any], bool] | None = None
     prime: ClassVar[bool] = True
 
     def __init_subclass__(cls, **kwargs: Any) -> None:

@@ -39,6 +39,8 @@ logger = logging.getLogger(__name__)
 
 K = TypeVar("K", bound=Hashable)
 
+_NO_EXECUTORS: dict[int, tuple[Any, Any]] = {}
+
 #: Keys per kernel class that ``launch_lookup`` remembers before it starts over.
 LAUNCH_LOOKUP_LIMIT = 1024
 
@@ -77,7 +79,8 @@ class JitKernel(Generic[K]):
 
     CompileKey: ClassVar[type]
     executors: ClassVar[Mapping[Any, Any]]
-    launch_lookup: ClassVar[Callable[[int], tuple[Any, Any] | None]] = {}.get
+    # not a ClassVar: to mypy a ClassVar callable is a method, bound to the instance
+    launch_lookup: Callable[[int], tuple[Any, Any] | None] = _NO_EXECUTORS.get
     _warmkit_dispatch_info: ClassVar[DispatchInfo]
     _warmkit_executors: ClassVar[dict[Any, Any]]
     _warmkit_target_executors: ClassVar[dict[tuple[str, Any], Any]]
@@ -119,7 +122,8 @@ class JitKernel(Generic[K]):
 
     # -- the contract --------------------------------------------------------------
 
-    def dispatch(self, **inputs: Any) -> K:
+    # (*args, **inputs): to mypy any override's keyword-only inputs are compatible with it
+    def dispatch(self, *args: Any, **inputs: Any) -> K:
         """Map one call site's inputs to its ``CompileKey``. Override with keyword-only inputs."""
         raise NotImplementedError(f"{type(self).__qualname__} must define dispatch(self, *, ...)")
 
@@ -333,6 +337,7 @@ class JitKernel(Generic[K]):
         Concurrent callers for one key wait for a single compile.
         """
         cls = type(self)
+        ckey: Hashable
         if target is None:
             cache, inflight, ckey = cls._warmkit_executors, cls._warmkit_inflight, key
         else:
@@ -440,7 +445,8 @@ def _check_key(cls: type, key_cls: Any) -> None:
         )
     if key_cls.__hash__ is None:
         raise KernelDefinitionError(cls, "CompileKey must be hashable (its __hash__ is None)")
-    if key_cls.__eq__ is object.__eq__:
+    eq: object = key_cls.__eq__  # object, not a bound method: compared with object's
+    if eq is object.__eq__:
         raise KernelDefinitionError(
             cls,
             "CompileKey must compare by value, not identity (eq=False): equal keys made by two "

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from . import _envs
-from ._backend import Backend, missing_members
+from ._backend import Backend, KernelClass, missing_members
 from ._exceptions import (
     BackendUnavailableError,
     PluginError,
@@ -266,7 +266,7 @@ def _load(info: PluginInfo, *, invoke: bool) -> Any:
 
     failures: list[PluginFailure] = []
 
-    class _Fresh(NamedExtensionManager):  # type: ignore[type-arg]
+    class _Fresh(NamedExtensionManager):
         def list_entry_points(self) -> list[EntryPoint]:
             return [info.entry_point()]
 
@@ -389,7 +389,7 @@ def _load_quietly(name: str, level: int) -> None:
         logger.log(level, "backend %s not loaded for the monitor: %s", name, exc)
 
 
-def load_kernel(ref: str) -> type:
+def load_kernel(ref: str) -> KernelClass:
     """The ``JitKernel`` class for a ``warmkit.kernels`` entry-point name or a ``module:attr`` path.
 
     Raises:

@@ -355,10 +355,10 @@ def _entry_lines(entries: tuple[ReportEntry, ...]) -> Iterator[str]:
                 f'    {{"kind": {_json(e.kind)}, "kernel": {_json(e.kernel)}, '
                 f'"backend": {_json(e.backend)}, "key": '
             )
-        k = (e.status, e.error, e.tuning)
-        tail = tails.get(k)
+        t = (e.status, e.error, e.tuning)
+        tail = tails.get(t)
         if tail is None:
-            tail = tails[k] = f'{_json(e.error)}, "tuning": {_json(e.tuning)}}}'
+            tail = tails[t] = f'{_json(e.error)}, "tuning": {_json(e.tuning)}}}'
         seconds = round(e.seconds, 6)
         number = (
             float.__repr__(seconds)

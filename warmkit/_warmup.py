@@ -13,7 +13,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from . import _identity, _memo, metrics, monitor
 from ._backend import CanonicalTargets, reported_tuning
@@ -62,8 +62,18 @@ def warmup(config: WarmupConfig | None = None, registry: Any = None) -> WarmupRe
         return _warmup(config, registry, keep)
 
 
+class _Keep(Protocol):
+    """``keep(collect=True)``: what ``_kept_out_of_gc`` yields."""
+
+    def __call__(self, collect: bool = True) -> None: ...
+
+
+def _keep_nothing(collect: bool = True) -> None:
+    """The ``_Keep`` of a warmup that keeps nothing out of the GC."""
+
+
 @contextlib.contextmanager
-def _kept_out_of_gc() -> Iterator[Callable[[bool], None]]:
+def _kept_out_of_gc() -> Iterator[_Keep]:
     """Garbage collection in the block skips what existed before it, and what ``keep()`` keeps.
 
     A warmup keeps what it makes (keys, executors, report entries), and each
@@ -85,11 +95,11 @@ def _kept_out_of_gc() -> Iterator[Callable[[bool], None]]:
     thread makes during the warmup is thawed by it: one permanent generation.)
     """
     if not gc.isenabled():
-        yield lambda collect=True: None
+        yield _keep_nothing
         return
     if process_froze_objects():
         with known_frozen():
-            yield lambda collect=True: None
+            yield _keep_nothing
         return
 
     def keep(collect: bool = True) -> None:
@@ -106,9 +116,7 @@ def _kept_out_of_gc() -> Iterator[Callable[[bool], None]]:
         gc.unfreeze()
 
 
-def _warmup(
-    config: WarmupConfig | None, registry: Any, keep: Callable[[bool], None]
-) -> WarmupReport:
+def _warmup(config: WarmupConfig | None, registry: Any, keep: _Keep) -> WarmupReport:
     from ._registry import active_registry, default_registry
 
     # an explicit config that ignores set WARMKIT_* variables: one WARNING naming them
@@ -413,7 +421,7 @@ class _Run:
         self._procs: Any = None  # the group's ColdPool, when it may use worker processes
         self.fleet: Any = None
         self.setup_failures: dict[str, BaseException] = {}
-        self.keep: Callable[[bool], None] = lambda collect=True: None  # see _kept_out_of_gc
+        self.keep: _Keep = _keep_nothing  # see _kept_out_of_gc
         self.restore_sigint: Callable[[], None] | None = None  # set by a Ctrl-C (_workers)
 
     def close(self) -> None:

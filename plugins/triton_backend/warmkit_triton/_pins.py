@@ -158,9 +158,9 @@ def differences(fn: Any, pins: Mapping[str, Any]) -> tuple[list[str], list[tuple
         want = api.make_constexpr(want) if rec.get("constexpr") else want
         text = f"{where} = {_text(rec)} when pinned, {_local_text(local)} here"
         changes.append((ns, rec["name"], want, local, text))
-    for (module, name), g in sorted(used.items()):  # read here, absent from the pins
+    for (module_name, name), g in sorted(used.items()):  # read here, absent from the pins
         problems.append(
-            f"global {module}.{name} = {_local_text(g.value)} here is not in the pinned identity"
+            f"global {module_name}.{name} = {_local_text(g.value)} here is not in the pinned identity"
         )
     return problems, changes
 

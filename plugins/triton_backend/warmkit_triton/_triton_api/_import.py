@@ -7,6 +7,7 @@ import importlib
 import sys
 import threading
 from types import ModuleType
+from typing import Any
 
 #: The oldest Triton this backend supports; 3.6.0 and 3.9.0 are tested.
 MIN_TRITON = (3, 6)
@@ -115,7 +116,7 @@ def serialize_ast_parse() -> None:
         parse = JITCallable.parse
 
         @functools.wraps(parse)
-        def parse_one_at_a_time(self):
+        def parse_one_at_a_time(self: Any) -> Any:
             with _parse_lock:
                 return parse(self)
 
