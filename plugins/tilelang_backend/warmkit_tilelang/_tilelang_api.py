@@ -25,6 +25,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from warmkit import WarmkitError
+
 __all__ = [
     "INSTALL_HINT",
     "PINNED",
@@ -66,7 +68,7 @@ _KEY_VARIABLES = (
 _redirect_lock = threading.Lock()
 
 
-class TileLangNotInstalledError(ImportError):
+class TileLangNotInstalledError(WarmkitError, ImportError):
     """TileLang is missing.
 
     Attributes:

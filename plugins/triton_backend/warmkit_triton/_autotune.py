@@ -34,6 +34,8 @@ from typing import Any
 
 import attrs
 
+from warmkit import WarmkitError
+
 from . import _triton_api as api
 from ._tuned import benchmark, find_result, gpu_model, known_winners, result_id, store_result
 
@@ -54,7 +56,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 
-class AutotuneKeyMismatchError(RuntimeError):
+class AutotuneKeyMismatchError(WarmkitError, RuntimeError):
     """A launch's arguments give another autotune key than the warmup arguments of its compile key.
 
     The winner was tuned for the warmup's autotune key; this launch would have

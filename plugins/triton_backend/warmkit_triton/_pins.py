@@ -34,6 +34,8 @@ import threading
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+from warmkit import WarmkitError
+
 from . import _triton_api as api
 from ._record import UnreplayableError, _unwrap, decode_value, encode_value
 
@@ -55,7 +57,7 @@ _pin_lock = threading.RLock()
 _MISSING = object()
 
 
-class PinMismatchError(RuntimeError):
+class PinMismatchError(WarmkitError, RuntimeError):
     """A pinned identity that this host cannot reproduce; the message names what and both values."""
 
 

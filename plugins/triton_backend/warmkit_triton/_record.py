@@ -45,6 +45,8 @@ from typing import Any, ClassVar
 
 import attrs
 
+from warmkit import WarmkitError
+
 from . import _triton_api as api
 from ._kernel import TritonKernel
 from ._specialize import _rep_of_class
@@ -71,7 +73,7 @@ BACKEND = "triton"
 _RUN_ADDED = ("debug", "instrumentation_mode", "fpsan_homomorphic_casts")
 
 
-class UnreplayableError(ValueError):
+class UnreplayableError(WarmkitError, ValueError):
     """Raised while describing a specialization that another process cannot rebuild."""
 
 

@@ -9,6 +9,8 @@ import threading
 from types import ModuleType
 from typing import Any
 
+from warmkit import WarmkitError
+
 #: The oldest Triton this backend supports; 3.6.0 and 3.9.0 are tested.
 MIN_TRITON = (3, 6)
 INSTALL_HINT = "pip install warmkit-triton  (or: pip install 'triton>=3.6')"
@@ -22,7 +24,7 @@ AST_PARSE_RACES = (3, 11, 0) <= _PY < (3, 11, 8) or (3, 12, 0) <= _PY < (3, 12, 
 # -- importing Triton ---------------------------------------------------------------------------
 
 
-class TritonNotInstalledError(ImportError):
+class TritonNotInstalledError(WarmkitError, ImportError):
     """Triton is missing or too old for this backend.
 
     Attributes:
