@@ -25,6 +25,7 @@ from ._backend import (
     ReportsCacheHit,
     ReportsTuning,
     SpecializationMap,
+    Target,
     TunedResults,
     TuningPlan,
     current_target,
@@ -69,7 +70,7 @@ from ._registry import (
     active_registry,
     default_registry,
 )
-from ._report import ReportEntry, WarmupReport
+from ._report import ReportEntry, ReportStatus, WarmupReport
 from ._space import Choices, DispatchInfo, IntRange, ZipGroup, zip_inputs
 from ._version import __version__
 from ._warmup import warmup
@@ -114,12 +115,14 @@ __all__ = [
     "Recorder",
     "Registration",
     "ReportEntry",
+    "ReportStatus",
     "ReportsCacheHit",
     "ReportsTuning",
     "RuntimeCompileError",
     "SpecializationMap",
     "StoreError",
     "StoreUnavailableError",
+    "Target",
     "TunedResults",
     "TuningPlan",
     "WarmkitError",

@@ -130,6 +130,7 @@ class FunctionKernel(JitKernel[K]):
             warmkit.RuntimeCompileError: the key was not warmed up and the
                 monitor is in ``"error"`` mode.
         """
+        executor: Any  # a DSL backend's executor: an Executor with launch(*args)
         try:  # the hot path: no call into get_or_compile
             executor = self.executors[key]
         except (KeyError, AttributeError):

@@ -26,7 +26,7 @@ from collections.abc import Callable, Collection, Hashable, Iterable, Mapping
 from typing import Any, ClassVar, Generic, TypeVar
 
 from . import _envs, _memo, monitor
-from ._backend import ReportsTuning, current_target
+from ._backend import Executor, ReportsTuning, current_target
 from ._exceptions import KernelDefinitionError
 from ._plugins import get_backend
 from ._record import active_recorder, key_entry
@@ -78,7 +78,7 @@ class JitKernel(Generic[K]):
     memoize_dispatch: ClassVar[bool | None] = None
 
     CompileKey: ClassVar[type]
-    executors: ClassVar[Mapping[Any, Any]]
+    executors: ClassVar[Mapping[Any, Executor]]  # key -> executor (a ClassVar has no K)
     # not a ClassVar: to mypy a ClassVar callable is a method, bound to the instance
     launch_lookup: Callable[[int], tuple[Any, Any] | None] = _NO_EXECUTORS.get
     _warmkit_dispatch_info: ClassVar[DispatchInfo]
@@ -175,7 +175,7 @@ class JitKernel(Generic[K]):
 
         return plan
 
-    def compile(self, key: K) -> Any:
+    def compile(self, key: K) -> Executor:
         """Make ``key``'s variant available and return its launchable executor.
 
         The default delegates to the ``backend`` plugin, for the target of the
@@ -185,7 +185,7 @@ class JitKernel(Generic[K]):
         backend = get_backend(cls.backend, kernel=cls.name)  # type: ignore[arg-type]
         return backend.compile(self, key, current_target())
 
-    def get_or_compile(self, key: K, *, runtime_context: Any = None) -> Any:
+    def get_or_compile(self, key: K, *, runtime_context: Any = None) -> Executor:
         """The runtime entry: the cached executor for ``key``, compiling it on a miss.
 
         A miss after warmup is reported to ``warmkit.monitor`` first; in
@@ -269,7 +269,7 @@ class JitKernel(Generic[K]):
         """
         return getattr(cls, "_warmkit_dispatch_info", None)
 
-    def launch_executor(self, key: K) -> Any:
+    def launch_executor(self, key: K) -> Executor:
         """The device executor for a launch of ``key``: ``executors[key]``, else ``get_or_compile``.
 
         It is remembered by the key object's identity for :attr:`launch_lookup`

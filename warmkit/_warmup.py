@@ -22,8 +22,15 @@ from ._config import WarmupConfig, warn_unapplied
 from ._exceptions import BackendUnavailableError, WarmupError
 from ._prepare import join as join_setup
 from ._record import resolve_recorded, start_recording
-from ._registry import _gc_paused
-from ._report import IN_REPORT, ReportEntry, WarmupReport, failure_lines, progress_bar
+from ._registry import WarmupRegistry, _gc_paused
+from ._report import (
+    IN_REPORT,
+    ReportEntry,
+    ReportStatus,
+    WarmupReport,
+    failure_lines,
+    progress_bar,
+)
 from ._runner import ABANDONED, CANCELLED, NOT_ATTEMPTED, run
 from ._workers import interrupted
 
@@ -35,7 +42,9 @@ _NOT_ATTEMPTED = NOT_ATTEMPTED
 _NOT_REPLAYABLE = "not replayable: "
 
 
-def warmup(config: WarmupConfig | None = None, registry: Any = None) -> WarmupReport:
+def warmup(
+    config: WarmupConfig | None = None, registry: WarmupRegistry | None = None
+) -> WarmupReport:
     """Compile every key the registry plans, then arm the monitor.
 
     Args:
@@ -444,7 +453,7 @@ class _Run:
         self,
         item: tuple[Any, Any],
         backend: str | None,
-        status: str,
+        status: ReportStatus,
         error: str,
         exc: BaseException | None = None,
     ) -> None:
