@@ -47,6 +47,7 @@ from ._plugin.contract import (
     ReportsCacheHit,
     ReportsTuning,
     SpecializationMap,
+    Target,
     TunedResults,
     TuningPlan,
     current_target,
@@ -73,7 +74,7 @@ from ._warmup.config import WarmupConfig
 from ._warmup.explain import explain
 from ._warmup.orchestrate import warmup
 from ._warmup.prepare import prepare
-from ._warmup.report import ReportEntry, WarmupReport
+from ._warmup.report import ReportEntry, ReportStatus, WarmupReport
 from ._warmup.workers import PrimesWorkers, ProcessCompiles
 
 __all__ = [
@@ -115,12 +116,14 @@ __all__ = [
     "Recorder",
     "Registration",
     "ReportEntry",
+    "ReportStatus",
     "ReportsCacheHit",
     "ReportsTuning",
     "RuntimeCompileError",
     "SpecializationMap",
     "StoreError",
     "StoreUnavailableError",
+    "Target",
     "TunedResults",
     "TuningPlan",
     "WarmkitError",

@@ -16,12 +16,19 @@ WarmkitError
 └── WorkerDiedError (RuntimeError)         a compile worker process died on one key
 ```
 
+A plugin's own errors subclass ``WarmkitError`` too (with the builtin they
+always were), e.g. ``warmkit_triton.TritonNotInstalledError`` (``ImportError``),
+``warmkit_triton.SpecializationMismatchError`` (``RuntimeError``),
+``warmkit_tilelang.TileLangNotInstalledError``, ``warmkit_cutedsl.CuteDSLNotInstalledError``:
+``except warmkit.WarmkitError`` catches every error warmkit or a plugin raises.
+
 Each error carries the object it is about as attributes (kernel, key, plugin,
 backend ...) so callers never parse messages.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -68,7 +75,7 @@ class ManifestError(WarmkitError, ValueError):
         path: the manifest's path, if it came from a file.
     """
 
-    def __init__(self, message: str, *, path: Any = None) -> None:
+    def __init__(self, message: str, *, path: str | os.PathLike[str] | None = None) -> None:
         self.path = path
         super().__init__(f"{path}: {message}" if path is not None else message)
 
@@ -87,7 +94,7 @@ class BundleError(WarmkitError, ValueError):
         self,
         message: str,
         *,
-        path: Any = None,
+        path: str | os.PathLike[str] | None = None,
         backend: str | None = None,
         field: str | None = None,
         entry: str | None = None,
@@ -233,7 +240,7 @@ class WarmupError(WarmkitError, RuntimeError):
         message: str,
         *,
         kernel: str | None = None,
-        key: Any = None,
+        key: object = None,
         elapsed: float | None = None,
         failures: Sequence[Any] = (),
         report: Any = None,
@@ -257,7 +264,13 @@ class CacheMissError(WarmupError):
     """
 
     def __init__(
-        self, message: str, *, kernel: str, key: Any, directory: Any = None, reason: Any = None
+        self,
+        message: str,
+        *,
+        kernel: str,
+        key: object,
+        directory: str | os.PathLike[str] | None = None,
+        reason: str | None = None,
     ) -> None:
         self.directory = directory
         self.reason = reason
@@ -298,9 +311,9 @@ class RuntimeCompileError(WarmkitError, RuntimeError):
     def __init__(
         self,
         kernel: str,
-        key: Any,
+        key: object,
         backend: str | None,
-        context: Any = None,
+        context: object = None,
         *,
         kind: str = "compile",
     ) -> None:
@@ -328,7 +341,7 @@ class WorkerDiedError(WarmkitError, RuntimeError):
         exitcode: the worker's exit code (negative: the signal), if known.
     """
 
-    def __init__(self, kernel: str, key: Any, exitcode: int | None, detail: str) -> None:
+    def __init__(self, kernel: str, key: object, exitcode: int | None, detail: str) -> None:
         self.kernel = kernel
         self.key = key
         self.exitcode = exitcode

@@ -388,3 +388,44 @@ def test_the_protocols_readers_agree_with_isinstance():
         assert reported_tuning(obj) == (tuning if isinstance(tuning, str) else None)
     assert reported_tuning(make(tuning="benchmarked", **tuned)) == "benchmarked"
     assert reports_cache_hit(make(cache_hit=True))
+
+
+@pytest.mark.parametrize(
+    ("text", "platform", "arch", "canonical"),
+    [
+        ("cuda:90", "cuda", "90", "cuda:90"),
+        (" CUDA:90a ", "cuda", "90a", "cuda:90a"),
+        ("sm_90a", "cuda", "90a", "cuda:90a"),
+        ("sm90", "cuda", "90", "cuda:90"),
+        ("90", "cuda", "90", "cuda:90"),
+        ("cuda:9.0", "cuda", "90", "cuda:90"),
+        ("cuda:100f", "cuda", "100f", "cuda:100f"),
+        ("hip:gfx942", "hip", "gfx942", "hip:gfx942"),
+        ("gfx90a", "hip", "gfx90a", "hip:gfx90a"),
+    ],
+)
+def test_target_parses_every_spelling_and_prints_one(text, platform, arch, canonical):
+    target = warmkit.Target.parse(text)
+    assert (target.platform, target.arch, str(target)) == (platform, arch, canonical)
+    assert warmkit.Target.parse(str(target)) == target  # printing then parsing is exact
+    assert warmkit.Target.parse(target) is target  # a Target is taken where a string is
+
+
+def test_target_capability_and_feature():
+    t = warmkit.Target.parse("sm_100a")
+    assert (t.capability, t.major, t.minor, t.feature) == (100, 10, 0, "a")
+    assert warmkit.Target.parse("cuda:90").feature == ""
+    assert warmkit.Target.parse("hip:gfx90a").feature == ""  # "a" is part of a gfx name
+    with pytest.raises(ValueError, match="no CUDA compute capability"):
+        _ = warmkit.Target.parse("hip:gfx942").capability
+    assert len({warmkit.Target.parse("sm_90"), warmkit.Target.parse("cuda:90")}) == 1  # a value
+    with pytest.raises(AttributeError):  # frozen
+        t.arch = "80"
+
+
+@pytest.mark.parametrize("bad", ["hopper", "cuda:9", "cuda:90x", "sm_9000", "hip:942", ""])
+def test_an_unknown_target_is_a_value_error_naming_it_and_the_forms(bad):
+    with pytest.raises(ValueError, match=r"unknown target .*accepted: 'cuda:<compute"):
+        warmkit.Target.parse(bad)
+    with pytest.raises(TypeError, match="a target is a string"):
+        warmkit.Target.parse(90)  # type: ignore[arg-type]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import attrs
 import pytest
 
+import warmkit
 from warmkit import WarmupConfig
 
 
@@ -100,3 +101,9 @@ def test_a_config_from_env_never_warns_even_with_overrides(fresh_warnings, monke
         "WARMKIT_MONITOR",
         "WARMKIT_STORE",
     )
+
+
+def test_target_takes_a_string_or_a_warmkit_target():
+    assert WarmupConfig(target="sm_90a").target == "sm_90a"  # a string as given
+    assert WarmupConfig(target=warmkit.Target.parse("sm_90a")).target == "cuda:90a"
+    assert WarmupConfig().target is None

@@ -86,6 +86,9 @@ RELEASED = {
     "zip_inputs",
 }
 
+#: The typed contract's names (issue 28): plugins and operators' scripts parse targets with it.
+TYPED_CONTRACT = {"ReportStatus", "Target"}
+
 #: The names issue #2 lists; tests outside this repository import them from ``warmkit``.
 ISSUE_NAMES = {
     "JitKernel",
@@ -112,6 +115,7 @@ def test_all_is_exactly_the_public_names_sorted():
     assert warmkit.__all__ == sorted(warmkit.__all__)
     assert ISSUE_NAMES <= set(warmkit.__all__)
     assert set(warmkit.__all__) >= RELEASED
+    assert set(warmkit.__all__) >= TYPED_CONTRACT
 
 
 def test_each_public_name_is_defined_where_init_imports_it_from():

@@ -42,3 +42,22 @@ def test_to_json_parses_back_to_to_dict_and_counts_match(items):
     for status in STATUSES:
         assert report.count(status) == sum(1 for e in items if e.status == status)
     assert report.totals()["keys"] == len(items)
+
+
+def test_report_statuses_are_one_literal_with_every_value_the_table_shows():
+    import typing
+
+    from warmkit import ReportStatus
+
+    assert typing.get_args(ReportStatus) == STATUSES_IN_TABLE
+    report = WarmupReport(
+        enabled=True,
+        entries=tuple(ReportEntry("k", "b", i, s) for i, s in enumerate(STATUSES_IN_TABLE)),
+        seconds=0.0,
+    )
+    header = report.table().splitlines()[0].split()
+    assert header[3:-1] == list(STATUSES_IN_TABLE)  # kernel, backend, keys, <statuses>, seconds
+    assert [e["status"] for e in report.to_dict()["entries"]] == list(STATUSES_IN_TABLE)
+
+
+STATUSES_IN_TABLE = ("compiled", "cached", "waited", "fetched", "failed", "skipped")

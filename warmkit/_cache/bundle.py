@@ -35,7 +35,7 @@ import shutil
 import tarfile
 import tempfile
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -222,7 +222,7 @@ def _safe_rel(name: str, prefix: str) -> PurePosixPath | None:
 def install_bundle(
     path: str | os.PathLike[str],
     *,
-    cache_dirs: dict[str, str | os.PathLike[str]] | None = None,
+    cache_dirs: Mapping[str, str | os.PathLike[str]] | None = None,
     target: str | None = None,
     trust: Sequence[str | os.PathLike[str]] | None = None,
 ) -> BundleInstall:

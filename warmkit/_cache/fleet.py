@@ -659,7 +659,8 @@ def provenance_problems(backend: Any, entry: Path, trusted: dict[str, Any]) -> l
         return [f"unreadable store provenance {PROVENANCE} ({exc})"]
     try:
         meta, key = doc["meta"], doc["key"]
-        listed, rewritten = dict(meta["files"]), dict(doc.get("rewritten") or {})
+        listed: dict[str, dict[str, Any]] = dict(meta["files"])
+        rewritten: dict[str, dict[str, Any]] = dict(doc.get("rewritten") or {})
         ek = backend.entry_key_of(entry) if isinstance(backend, FleetCapable) else None
         if ek is not None and (key != f"{backend.name}/{ek}" or meta.get("key") != key):
             return [f"came from store entry {meta.get('key')!r}, not this entry's key"]

@@ -201,7 +201,9 @@ def _scope(backend: Any, root: str | os.PathLike[str] | None) -> Any:
 
 def _push(backend: Any, url: str) -> dict[str, Any]:
     fleet = Fleet(url, store_required=True)
-    pushed, present, skipped = [], [], {}
+    pushed: list[str] = []
+    present: list[str] = []
+    skipped: dict[str, str] = {}
     try:
         for directory in iter_entries(backend.cache_dir()):
             ek = backend.entry_key_of(directory)
@@ -244,7 +246,9 @@ def pull_cache(
 
 def _pull(backend: Any, url: str) -> dict[str, Any]:
     fleet = Fleet(url, store_required=True)
-    pulled, present, refused = [], [], []
+    pulled: list[str] = []
+    present: list[str] = []
+    refused: list[str] = []
     prefix = f"{backend.name}/"
     try:
         keys = fleet.store.keys()  # type: ignore[union-attr]

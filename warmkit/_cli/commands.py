@@ -147,10 +147,9 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     if target is not None:
         from .._plugin.discovery import check_target
 
-        backends = {r.kernel_cls.backend for r in registry} | {
-            e.backend for e in registry.recorded()
-        }
-        check_target(target, sorted(backends - {None}))
+        backends: set[str | None] = {r.kernel_cls.backend for r in registry}
+        backends |= {e.backend for e in registry.recorded()}
+        check_target(target, sorted(b for b in backends if b is not None))
     plan = {name: [repr(k) for k in keys] for name, keys in registry.plan().items()}
     recorded: dict[str, list[str]] = {}
     for item in resolve_recorded(registry.recorded()):
@@ -452,7 +451,7 @@ def _run_child(cmd: list[str], env: dict[str, str]) -> int:
 def _cmd_record(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from .._registry.recorded import Recorder, expand_path, read_recorded
+    from .._registry.recorded import RecordedEntry, Recorder, expand_path, read_recorded
     from .startup import nothing_recorded_hint, record_refusal
 
     cmd = _command(args)
@@ -477,7 +476,7 @@ def _cmd_record(args: argparse.Namespace) -> int:
         # step of a CI chain (`record && coverage`, `run -m`) reads 0 instead of failing.
         Recorder(plain).ensure_written()
         paths = [plain]
-    entries = {}
+    entries: dict[str, RecordedEntry] = {}
     for path in paths:
         if path.exists():
             for e in read_recorded(path):
@@ -500,7 +499,7 @@ def _cmd_record(args: argparse.Namespace) -> int:
     else:
         print(
             f"recorded {summary['specializations']} specialization(s) of {len(kernels)} "
-            f"kernel(s) ({summary['new']} new) into {', '.join(summary['output']) or out}"
+            f"kernel(s) ({summary['new']} new) into {', '.join(map(str, paths)) or out}"
         )
         for name in kernels:
             n = sum(1 for e in entries.values() if e.name == name)

@@ -144,13 +144,13 @@ def _act() -> None:
             config = WarmupConfig.from_env(**overrides)
             report = warmup(config, WarmupRegistry.load(manifest))
         except (WarmkitError, ValueError) as exc:
-            report = getattr(exc, "report", None)
-            if report is not None:
-                sys.stderr.write(report.table() + "\n")
+            partial = getattr(exc, "report", None)
+            if partial is not None:
+                sys.stderr.write(partial.table() + "\n")
             logger.error(
                 "warmkit run: warmup of %s failed%s; the command did not run",
                 manifest,
-                " (the report above says why)" if report is not None else f": {exc}",
+                " (the report above says why)" if partial is not None else f": {exc}",
             )
             sys.stderr.flush()
             # SystemExit inside sitecustomize is a fatal interpreter error with a traceback;

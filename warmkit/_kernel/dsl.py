@@ -57,7 +57,8 @@ class FunctionKernel(JitKernel[K]):
 
     fn: ClassVar[Any]
     fn_kind: ClassVar[str] = "JIT function"
-    fn_check: ClassVar[Callable[[Any], bool] | None] = None
+    # a staticmethod; not a ClassVar, which mypy would bind as a method taking self
+    fn_check: Callable[[Any], bool] | None = None
     prime: ClassVar[bool] = True
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -129,6 +130,7 @@ class FunctionKernel(JitKernel[K]):
             warmkit.RuntimeCompileError: the key was not warmed up and the
                 monitor is in ``"error"`` mode.
         """
+        executor: Any  # a DSL backend's executor: an Executor with launch(*args)
         try:  # the hot path: no call into get_or_compile
             executor = self.executors[key]
         except (KeyError, AttributeError):

@@ -27,7 +27,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 from .. import _envs, monitor
 from .._exceptions import KernelDefinitionError
-from .._plugin.contract import ReportsTuning, current_target
+from .._plugin.contract import Executor, ReportsTuning, current_target
 from .._plugin.discovery import get_backend
 from .._registry.recorded import active_recorder, key_entry
 from .._registry.registry import active_registry, check_registration, warn_unregistered
@@ -39,6 +39,8 @@ __all__ = ["JitKernel"]
 logger = logging.getLogger(__name__)
 
 K = TypeVar("K", bound=Hashable)
+
+_NO_EXECUTORS: dict[int, tuple[Any, Any]] = {}
 
 #: Keys per kernel class that ``launch_lookup`` remembers before it starts over.
 LAUNCH_LOOKUP_LIMIT = 1024
@@ -77,8 +79,9 @@ class JitKernel(Generic[K]):
     memoize_dispatch: ClassVar[bool | None] = None
 
     CompileKey: ClassVar[type]
-    executors: ClassVar[Mapping[Any, Any]]
-    launch_lookup: ClassVar[Callable[[int], tuple[Any, Any] | None]] = {}.get
+    executors: ClassVar[Mapping[Any, Executor]]  # key -> executor (a ClassVar has no K)
+    # not a ClassVar: to mypy a ClassVar callable is a method, bound to the instance
+    launch_lookup: Callable[[int], tuple[Any, Any] | None] = _NO_EXECUTORS.get
     _warmkit_dispatch_info: ClassVar[DispatchInfo]
     _warmkit_executors: ClassVar[dict[Any, Any]]
     _warmkit_target_executors: ClassVar[dict[tuple[str, Any], Any]]
@@ -120,7 +123,8 @@ class JitKernel(Generic[K]):
 
     # -- the contract --------------------------------------------------------------
 
-    def dispatch(self, **inputs: Any) -> K:
+    # (*args, **inputs): to mypy any override's keyword-only inputs are compatible with it
+    def dispatch(self, *args: Any, **inputs: Any) -> K:
         """Map one call site's inputs to its ``CompileKey``. Override with keyword-only inputs."""
         raise NotImplementedError(f"{type(self).__qualname__} must define dispatch(self, *, ...)")
 
@@ -172,7 +176,7 @@ class JitKernel(Generic[K]):
 
         return plan
 
-    def compile(self, key: K) -> Any:
+    def compile(self, key: K) -> Executor:
         """Make ``key``'s variant available and return its launchable executor.
 
         The default delegates to the ``backend`` plugin, for the target of the
@@ -182,7 +186,7 @@ class JitKernel(Generic[K]):
         backend = get_backend(cls.backend, kernel=cls.name)  # type: ignore[arg-type]
         return backend.compile(self, key, current_target())
 
-    def get_or_compile(self, key: K, *, runtime_context: Any = None) -> Any:
+    def get_or_compile(self, key: K, *, runtime_context: Any = None) -> Executor:
         """The runtime entry: the cached executor for ``key``, compiling it on a miss.
 
         A miss after warmup is reported to ``warmkit.monitor`` first; in
@@ -266,7 +270,7 @@ class JitKernel(Generic[K]):
         """
         return getattr(cls, "_warmkit_dispatch_info", None)
 
-    def launch_executor(self, key: K) -> Any:
+    def launch_executor(self, key: K) -> Executor:
         """The device executor for a launch of ``key``: ``executors[key]``, else ``get_or_compile``.
 
         It is remembered by the key object's identity for :attr:`launch_lookup`
@@ -334,6 +338,7 @@ class JitKernel(Generic[K]):
         Concurrent callers for one key wait for a single compile.
         """
         cls = type(self)
+        ckey: Hashable
         if target is None:
             cache, inflight, ckey = cls._warmkit_executors, cls._warmkit_inflight, key
         else:
@@ -441,7 +446,8 @@ def _check_key(cls: type, key_cls: Any) -> None:
         )
     if key_cls.__hash__ is None:
         raise KernelDefinitionError(cls, "CompileKey must be hashable (its __hash__ is None)")
-    if key_cls.__eq__ is object.__eq__:
+    eq: object = key_cls.__eq__  # object, not a bound method: compared with object's
+    if eq is object.__eq__:
         raise KernelDefinitionError(
             cls,
             "CompileKey must compare by value, not identity (eq=False): equal keys made by two "

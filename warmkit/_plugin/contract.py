@@ -16,11 +16,12 @@ from __future__ import annotations
 import contextlib
 import inspect
 import os
-from collections.abc import Mapping, Sequence
+import re
+from collections.abc import Hashable, Mapping, Sequence
 from contextlib import AbstractContextManager as ContextManager
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeAlias, TypeVar, runtime_checkable
 
 import attrs
 
@@ -35,6 +36,8 @@ __all__ = [
     "CuteDSLStubBackend",
     "Executor",
     "FleetCapable",
+    "KernelClass",
+    "KeyT",
     "MonitorHooks",
     "Prepares",
     "PreparesEntries",
@@ -42,6 +45,7 @@ __all__ = [
     "ReportsCacheHit",
     "ReportsTuning",
     "SpecializationMap",
+    "Target",
     "TileLangStubBackend",
     "TunedResults",
     "TuningPlan",
@@ -50,6 +54,14 @@ __all__ = [
     "missing_members",
     "target_scope",
 ]
+
+#: A ``JitKernel`` subclass as the modules below ``_kernel`` see it: they cannot import
+#: ``_kernel`` (a higher layer, tests/core/test_import_graph.py), so to mypy it is ``Any``.
+KernelClass: TypeAlias = Any
+
+#: A kernel's ``CompileKey`` type: a backend is generic over the keys it compiles.
+KeyT = TypeVar("KeyT", bound=Hashable)
+KeyT_contra = TypeVar("KeyT_contra", bound=Hashable, contravariant=True)
 
 _target: ContextVar[str | None] = ContextVar("warmkit_target", default=None)
 
@@ -137,6 +149,80 @@ class _Capability(Protocol, metaclass=_CapabilityMeta):
     """The base of warmkit's protocols: ``isinstance`` against them is cheap (``_CapabilityMeta``)."""
 
 
+_CUDA_TARGET = re.compile(r"^(?:cuda:)?(?:sm_?)?(?P<cc>\d{2,3})(?P<feature>[af]?)$")
+_DOTTED_TARGET = re.compile(r"^cuda:(?P<major>\d{1,2})\.(?P<minor>\d)$")
+_HIP_TARGET = re.compile(r"^(?:hip:)?(?P<arch>gfx[0-9a-f]+)$")
+TARGET_FORMS = (
+    "'cuda:<compute capability>[a|f]' such as 'cuda:90', 'cuda:90a', 'cuda:100' "
+    "(also 'sm_90', 'sm_90a', '90', 'cuda:9.0'), or 'hip:<gfx arch>' such as 'hip:gfx942'"
+)
+
+
+@attrs.frozen
+class Target:
+    """A compile target: a platform and its architecture, e.g. ``cuda:90``, ``cuda:90a``, ``hip:gfx942``.
+
+    ``Target.parse`` reads every spelling warmkit's plugins accept; ``str()`` is the
+    one spelling (``"cuda:90a"``). Each backend then says which targets it can
+    compile (its ``canonical_target``); an option or a config field that takes a
+    target string also takes a ``Target``.
+
+    Attributes:
+        platform: ``"cuda"`` or ``"hip"``.
+        arch: ``"90"``, ``"90a"``, ``"100f"`` (a compute capability and its feature
+            suffix) for CUDA; ``"gfx942"`` for HIP.
+    """
+
+    platform: str
+    arch: str
+
+    @classmethod
+    def parse(cls, target: str | Target) -> Target:
+        """``"cuda:90"``, ``"sm_90a"``, ``"90"``, ``"cuda:9.0"``, ``"hip:gfx942"`` ... -> a ``Target``.
+
+        Raises:
+            ValueError: any other string; the message names it and the accepted forms.
+            TypeError: neither a string nor a ``Target``.
+        """
+        if isinstance(target, Target):
+            return target
+        if not isinstance(target, str):
+            raise TypeError(f"a target is a string, one of {TARGET_FORMS}; got {target!r}")
+        text = target.strip().lower()
+        if m := _CUDA_TARGET.match(text):
+            return cls("cuda", m["cc"] + m["feature"])
+        if m := _DOTTED_TARGET.match(text):
+            return cls("cuda", f"{m['major']}{m['minor']}")
+        if m := _HIP_TARGET.match(text):
+            return cls("hip", m["arch"])
+        raise ValueError(f"unknown target {target!r}; accepted: {TARGET_FORMS}")
+
+    @property
+    def capability(self) -> int:
+        """The CUDA compute capability as one number (``90`` for ``cuda:90a``); ValueError for HIP."""
+        if self.platform != "cuda":
+            raise ValueError(f"target {self} has no CUDA compute capability")
+        return int(self.arch.rstrip("af"))
+
+    @property
+    def major(self) -> int:
+        """The CUDA compute capability's major version (``9`` for ``cuda:90``)."""
+        return self.capability // 10
+
+    @property
+    def minor(self) -> int:
+        """The CUDA compute capability's minor version (``0`` for ``cuda:90``)."""
+        return self.capability % 10
+
+    @property
+    def feature(self) -> str:
+        """The CUDA architecture's feature suffix: ``"a"``, ``"f"`` or ``""``."""
+        return self.arch[-1] if self.platform == "cuda" and self.arch[-1] in "af" else ""
+
+    def __str__(self) -> str:
+        return f"{self.platform}:{self.arch}"
+
+
 @attrs.frozen
 class BackendStatus:
     """Whether a backend can compile in this process.
@@ -155,11 +241,12 @@ class BackendStatus:
 
 
 @runtime_checkable
-class Backend(_Capability, Protocol):
+class Backend(_Capability, Protocol[KeyT_contra]):
     """What every ``warmkit.backends`` entry point provides (checked when it loads).
 
     The entry point names a class (constructed with no arguments) or an object.
     ``name`` may be left out: the loader sets it to the entry-point name.
+    ``Backend[K]`` compiles keys of type ``K`` (a plain ``Backend`` takes any key).
     """
 
     name: str
@@ -176,11 +263,11 @@ class Backend(_Capability, Protocol):
         """How many compiles are worth running at once for ``target`` (1 = serial)."""
         ...
 
-    def compile_scope(self, target: str | None, jobs: int) -> ContextManager[Any]:
+    def compile_scope(self, target: str | None, jobs: int) -> ContextManager[object]:
         """A context entered around one warmup's compiles on this backend (pools, drivers, hooks)."""
         ...
 
-    def compile(self, kernel: Any, key: Any, target: str | None) -> Any:
+    def compile(self, kernel: Any, key: KeyT_contra, target: str | None) -> Executor:
         """Compile ``key`` of ``kernel`` for ``target`` (None = this device); return an :class:`Executor`.
 
         Safe to call from several threads inside one ``compile_scope``. Raises
@@ -286,7 +373,7 @@ class CacheProbe(_Capability, Protocol):
 class FleetCapable(BundleCapable, Protocol):
     """Optional: cache entries addressable by key, so a fleet compiles each once (``docs/fleet.md``)."""
 
-    def entry_key(self, kernel: Any, key: Any, target: str | None) -> str | None:
+    def entry_key(self, kernel: Any, key: Hashable, target: str | None) -> str | None:
         """The backend's own cache key of what ``compile`` would write, computed without compiling.
 
         None when it cannot be known (then the key compiles as without a fleet).
@@ -395,7 +482,7 @@ class SpecializationMap(_Capability, Protocol):
     """Optional: maps declared keys to the specializations they compile (``warmkit coverage``)."""
 
     def specializations(
-        self, kernel: Any, keys: list[Any], target: str | None
+        self, kernel: Any, keys: list[KeyT], target: str | None
     ) -> list[tuple[str, dict[str, Any]]]:
         """``(function import path, {"args", "options"})`` per key, in recorded-entry form, no compile.
 
@@ -409,7 +496,7 @@ class SpecializationMap(_Capability, Protocol):
 class TuningPlan(_Capability, Protocol):
     """Optional: which of a kernel's keys still need tuning on a device (``warmkit plan`` says so)."""
 
-    def tuning_plan(self, kernel: Any, keys: list[Any], target: str | None) -> dict[Any, str]:
+    def tuning_plan(self, kernel: Any, keys: list[KeyT], target: str | None) -> dict[KeyT, str]:
         """Key -> a short note (e.g. ``"needs device tuning"``), for the keys that are autotuned."""
         ...
 

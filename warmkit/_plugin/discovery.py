@@ -41,7 +41,7 @@ from .._exceptions import (
     PluginLoadError,
     WarmkitError,
 )
-from .contract import Backend, CanonicalTargets, missing_members
+from .contract import Backend, CanonicalTargets, KernelClass, missing_members
 
 if TYPE_CHECKING:
     from importlib.metadata import EntryPoint
@@ -267,7 +267,7 @@ def _load(info: PluginInfo, *, invoke: bool) -> Any:
 
     failures: list[PluginFailure] = []
 
-    class _Fresh(NamedExtensionManager):  # type: ignore[type-arg]
+    class _Fresh(NamedExtensionManager):
         def list_entry_points(self) -> list[EntryPoint]:
             return [info.entry_point()]
 
@@ -390,7 +390,7 @@ def _load_quietly(name: str, level: int) -> None:
         logger.log(level, "backend %s not loaded for the monitor: %s", name, exc)
 
 
-def load_kernel(ref: str) -> type:
+def load_kernel(ref: str) -> KernelClass:
     """The ``JitKernel`` class for a ``warmkit.kernels`` entry-point name or a ``module:attr`` path.
 
     Raises:

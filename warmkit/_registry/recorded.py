@@ -463,9 +463,9 @@ def _group_template(group: Any, g: int, path: Any) -> RecordedEntry:
     # Unlike version 1, a replayable group with a reason is refused: it was edited.
     reason = group.get("reason") if replayable else group.get("reason") or "(no reason recorded)"
     try:
-        g = group
+        d = group  # (g is the group's index)
         return RecordedEntry(
-            g["backend"], g["kind"], g["kernel"], g["name"], "{}", g["target"], replayable, reason
+            d["backend"], d["kind"], d["kernel"], d["name"], "{}", d["target"], replayable, reason
         )
     except ValueError as exc:
         raise ManifestError(f"{where}: {exc}", path=path) from exc
@@ -636,7 +636,7 @@ def active_recorder() -> Recorder | None:
     return _active
 
 
-def key_entry(cls: type, key: Any, target: str | None = None) -> RecordedEntry:
+def key_entry(cls: Any, key: Any, target: str | None = None) -> RecordedEntry:
     """The recorded entry for a wrapped kernel's key that warmup did not cover."""
     from .._plugin.discovery import kernel_ref
 

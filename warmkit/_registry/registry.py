@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 import attrs
 
 from .._compat import gc_paused
+from .._plugin.contract import KernelClass
 from .._exceptions import ManifestError, PluginLoadError, naming
 from .._version import __version__
 from .identity import manifest_pins
@@ -65,7 +66,7 @@ class Registration:
     """
 
     kernel: str
-    kernel_cls: type = attrs.field(repr=False)
+    kernel_cls: KernelClass = attrs.field(repr=False)
     zip_groups: tuple[ZipGroup, ...]
     space: Mapping[str, Any]
     _instance: Any = attrs.field(default=None, repr=False, eq=False)
@@ -95,7 +96,7 @@ class WarmupRegistry:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._regs: dict[tuple[Any, ...], Registration] = {}
-        self._classes: dict[str, type] = {}
+        self._classes: dict[str, KernelClass] = {}
         self._recorded: dict[str, RecordedEntry] = {}
         #: A loaded manifest's pinned identities by kernel name (``_identity``); None: the
         #: registry was not loaded from a manifest, or its manifest predates pins.
@@ -146,7 +147,7 @@ class WarmupRegistry:
             ValueError: a name given twice, or a kernel name already registered
                 by another class.
         """
-        cls = kernel if isinstance(kernel, type) else type(kernel)
+        cls: KernelClass = kernel if isinstance(kernel, type) else type(kernel)
         cls._concrete()
         check_registration(cls, zip_groups, space)
         ident = (cls.name, _canon_space(zip_groups, space))
@@ -156,7 +157,7 @@ class WarmupRegistry:
             ref = None
         reg = Registration(cls.name, cls, tuple(zip_groups), dict(space), ref)
         with self._lock:
-            other = self._classes.setdefault(cls.name, cls)
+            other: KernelClass = self._classes.setdefault(cls.name, cls)
             if other is not cls:
                 raise ValueError(
                     f"kernel name {cls.name!r} is used by two classes, "
@@ -257,9 +258,9 @@ class WarmupRegistry:
     def _declared_dict(self) -> dict[str, Any]:
         from .._plugin.discovery import kernel_ref
 
-        refs: dict[type, str] = {}
+        refs: dict[KernelClass, str] = {}
         regs: list[dict[str, Any]] = []
-        run: tuple[type, tuple[str, ...]] | None = None  # the points of regs[-1], if any
+        run: tuple[KernelClass, tuple[str, ...]] | None = None  # the points of regs[-1], if any
         for reg in self:
             if reg.kernel_cls not in refs:
                 refs[reg.kernel_cls] = kernel_ref(reg.kernel_cls)
@@ -290,10 +291,10 @@ class WarmupRegistry:
                     "space": {k: _encode_axis(v) for k, v in reg.space.items()},
                 }
             )
-        for i, reg in enumerate(regs):  # a lone point is written as the registration it is
-            if "points" in reg and len(reg["points"]["rows"]) == 1:
-                names, (row,) = reg["points"]["names"], reg.pop("points")["rows"]
-                regs[i] = reg | {"zip": [], "space": dict(zip(names, row, strict=True))}
+        for i, written in enumerate(regs):  # a lone point is written as the registration it is
+            if "points" in written and len(written["points"]["rows"]) == 1:
+                names, (row,) = written["points"]["names"], written.pop("points")["rows"]
+                regs[i] = written | {"zip": [], "space": dict(zip(names, row, strict=True))}
         out: dict[str, Any] = {
             "format": MANIFEST_FORMAT,
             "version": MANIFEST_VERSION,
@@ -333,7 +334,7 @@ class WarmupRegistry:
         """Refuse, now, what a replay in another process would get wrong or fail on."""
         from .._plugin.discovery import kernel_ref, load_kernel
 
-        checked: set[type] = set()
+        checked: set[KernelClass] = set()
         for reg in self:
             cls = reg.kernel_cls
             where = f"{cls.__module__}.{cls.__qualname__}"
@@ -345,6 +346,7 @@ class WarmupRegistry:
                 elif "<locals>" in cls.__qualname__:
                     problem = "it is defined inside a function, so it cannot be imported by name; define it at module level"
                 else:
+                    found: KernelClass | Exception
                     try:
                         found = load_kernel(kernel_ref(cls))
                     except Exception as exc:  # noqa: BLE001 -- reported as the reason
@@ -396,12 +398,12 @@ class WarmupRegistry:
             recorded.setdefault(entry.id, entry)  # as add_recorded: the first of an id stays
         # One lookup per kernel, not per entry: resolving a ref reads every installed
         # distribution's entry points (~50 ms), and a recorded manifest has an entry per key.
-        classes: dict[str, type] = {}
+        classes: dict[str, KernelClass] = {}
         # (class, input names) whose single-point registrations add() has checked once.
-        checked: dict[tuple[type, tuple[str, ...]], tuple[str, ...]] = {}
+        checked: dict[tuple[KernelClass, tuple[str, ...]], tuple[str, ...]] = {}
         regs, new = registry._regs, Registration
 
-        def add_point(kernel_cls: type, space: dict[str, Any]) -> None:
+        def add_point(kernel_cls: KernelClass, space: dict[str, Any]) -> None:
             if not _CANON_AS_IS.issuperset(map(type, space.values())):
                 registry.add(kernel_cls, **{k: decode_value(v) for k, v in space.items()})
                 return

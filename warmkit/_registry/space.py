@@ -324,13 +324,13 @@ def expand(
             if not known[1]:
                 kwargs = dict(space)
             else:  # the argument order of the loop below (unread inputs last), for its messages
-                kwargs, fixed = {}, {}
+                kwargs, not_read = {}, {}
                 for name, value in space.items():
                     if name in info.params and name not in info.used:
-                        fixed[name] = value
+                        not_read[name] = value
                     else:
                         kwargs[name] = value
-                kwargs.update(fixed)
+                kwargs.update(not_read)
             _check_budget(kernel_name, 1, max_points)
             keys: dict[Hashable, None] = {}
             _add_key(keys, kernel_name, dispatch, info.key_type, kwargs)

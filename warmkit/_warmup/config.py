@@ -12,6 +12,7 @@ from typing import Any
 import attrs
 
 from .. import _envs
+from .._plugin.contract import Target
 
 __all__ = ["ENV_FIELDS", "WarmupConfig", "deliberate", "unapplied_variables", "warn_unapplied"]
 
@@ -69,6 +70,19 @@ def _backends(value: Any) -> tuple[str, ...] | None:
     return tuple(sorted({str(v).strip() for v in value if str(v).strip()}))
 
 
+def _optional_str(value: object) -> str | None:
+    return None if value is None else str(value)
+
+
+def _optional_path(value: str | os.PathLike[str] | None) -> str | None:
+    return None if value is None else os.fspath(value)
+
+
+def _target_text(value: str | Target | None) -> str | None:
+    # a Target is kept as its one spelling; a string as given (its backend parses it)
+    return str(value) if isinstance(value, Target) else value
+
+
 def _store_url(_inst: Any, _attr: Any, url: str | None) -> None:
     # A malformed store URL is a configuration error now, not a failure of every key later.
     if url is not None:
@@ -85,7 +99,8 @@ class WarmupConfig:
         enabled: False makes warmup return at once, importing no backend.
         monitor: what a compile after warmup does: ``"off"``, ``"warn"``, ``"error"``.
         jobs: parallel compiles; None = the number of CPUs.
-        target: compile for this target (e.g. ``"cuda:90"``) instead of the current device.
+        target: compile for this target (e.g. ``"cuda:90"`` or a ``warmkit.Target``) instead
+            of the current device.
         on_error: ``"raise"`` stops at the first failure; ``"collect"`` compiles
             everything, then raises once listing every failure.
         progress: ``"auto"`` (a bar on a TTY, else a line per 10 % or 10 s; rank 0 only), ``"on"``, ``"off"``.
@@ -110,20 +125,14 @@ class WarmupConfig:
     enabled: bool = attrs.field(default=True, validator=attrs.validators.instance_of(bool))
     monitor: str = attrs.field(default="warn", validator=_in(*_envs.MONITOR_MODES))
     jobs: int | None = attrs.field(default=None, validator=_jobs)
-    target: str | None = None
+    target: str | None = attrs.field(default=None, converter=_target_text)
     on_error: str = attrs.field(default="raise", validator=_in(*_envs.ON_ERROR_MODES))
     progress: str = attrs.field(default="auto", validator=_in(*_envs.PROGRESS_MODES))
     backends: tuple[str, ...] | None = attrs.field(default=None, converter=_backends)
-    bundle: str | None = attrs.field(
-        default=None, converter=lambda v: None if v is None else str(v)
-    )
+    bundle: str | None = attrs.field(default=None, converter=_optional_str)
     compile_timeout: float | None = attrs.field(default=None, validator=_timeout)
-    record: str | None = attrs.field(
-        default=None, converter=lambda v: None if v is None else os.fspath(v)
-    )
-    store: str | None = attrs.field(
-        default=None, converter=lambda v: None if v is None else str(v), validator=_store_url
-    )
+    record: str | None = attrs.field(default=None, converter=_optional_path)
+    store: str | None = attrs.field(default=None, converter=_optional_str, validator=_store_url)
     store_required: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
     read_only: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
 
@@ -182,7 +191,7 @@ def unapplied_variables(config: WarmupConfig) -> tuple[str, ...]:
         try:
             value = _envs.get(name)
             converter = fields[field].converter
-            if converter is not None:
+            if callable(converter):  # a plain function (attrs could also hold a Converter)
                 value = converter(value)
         except ValueError:
             names.append(name)  # it could not apply anyway: say so too

@@ -37,7 +37,9 @@ _NOT_ATTEMPTED = NOT_ATTEMPTED
 _NOT_REPLAYABLE = "not replayable: "
 
 
-def warmup(config: WarmupConfig | None = None, registry: Any = None) -> WarmupReport:
+def warmup(
+    config: WarmupConfig | None = None, registry: WarmupRegistry | None = None
+) -> WarmupReport:
     """Compile every key the registry plans, then arm the monitor.
 
     Args:
@@ -433,7 +435,7 @@ class _Run:
         self,
         item: tuple[Any, Any],
         backend: str | None,
-        status: str,
+        status: ReportStatus,
         error: str,
         exc: BaseException | None = None,
     ) -> None:

@@ -30,11 +30,11 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from typing import Any
 
 from .. import _envs
 from .._compat import ast_parse_serialized
 from .._plugin.contract import Prepares
+from .config import WarmupConfig
 
 __all__ = ["join", "prepare"]
 
@@ -47,7 +47,10 @@ _failures: dict[tuple[str | None, str], BaseException] = {}  # (target, backend)
 
 
 def prepare(
-    config: Any = None, modules: list[str] | None = None, *, jobs: int | None = None
+    config: WarmupConfig | int | None = None,
+    modules: list[str] | None = None,
+    *,
+    jobs: int | None = None,
 ) -> int:
     """Start warmup's one-time setup now, in the background; returns how many worker processes start.
 

@@ -9,14 +9,25 @@ import re
 import sys
 import time
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any
+from typing import Any, Literal, get_args
 
 import attrs
 
-__all__ = ["STATUSES", "ReportEntry", "WarmupReport"]
+__all__ = ["STATUSES", "ReportEntry", "ReportStatus", "WarmupReport"]
 
 #: A key's outcome, in the order reports list them.
-STATUSES = ("compiled", "cached", "waited", "fetched", "failed", "skipped")
+#: A key's outcome (``ReportEntry.status``): a plain string in the report's JSON and table.
+#:
+#: * ``compiled``: compiled by this warmup;
+#: * ``cached``: already in memory, or a hit in the backend's persistent cache;
+#: * ``waited``: another process of this host compiled it while this one waited (fleet);
+#: * ``fetched``: fetched from the shared compile store (fleet, ``docs/fleet.md``);
+#: * ``failed``: its compile raised (``ReportEntry.error``, ``exception``);
+#: * ``skipped``: not compiled, ``error`` says why (a backend outside the allow-list or
+#:   unavailable, an entry that cannot be replayed ...).
+ReportStatus = Literal["compiled", "cached", "waited", "fetched", "failed", "skipped"]
+#: every ``ReportStatus``, in the order of the report's table columns
+STATUSES: tuple[ReportStatus, ...] = get_args(ReportStatus)
 
 
 @attrs.frozen
@@ -27,8 +38,8 @@ class ReportEntry:
         kernel: the kernel's name.
         backend: its backend's name (None for a kernel with its own compile()).
         key: the compile key.
-        status: ``compiled``, ``cached`` (already in memory, or a backend cache
-            hit), ``failed`` or ``skipped``.
+        status: a ``warmkit.ReportStatus``: ``compiled``, ``cached`` (already in memory, or
+            a backend cache hit), ``waited``, ``fetched`` (fleet), ``failed`` or ``skipped``.
         seconds: wall time spent on this key.
         error: ``"Type: message"`` for a failed key, or why it was skipped.
         exception: the exception of a failed key (not serialised).
@@ -44,7 +55,7 @@ class ReportEntry:
     kernel: str
     backend: str | None
     key: Any
-    status: str
+    status: ReportStatus
     seconds: float = 0.0
     error: str | None = None
     exception: BaseException | None = attrs.field(default=None, eq=False, repr=False)
@@ -95,7 +106,7 @@ class WarmupReport:
     cancelled: bool = False
     store_refused: Mapping[str, str] = attrs.field(factory=dict)
 
-    def count(self, status: str) -> int:
+    def count(self, status: ReportStatus) -> int:
         return self._counts.get(status, 0)
 
     @functools.cached_property
@@ -355,10 +366,10 @@ def _entry_lines(entries: tuple[ReportEntry, ...]) -> Iterator[str]:
                 f'    {{"kind": {_json(e.kind)}, "kernel": {_json(e.kernel)}, '
                 f'"backend": {_json(e.backend)}, "key": '
             )
-        k = (e.status, e.error, e.tuning)
-        tail = tails.get(k)
+        t = (e.status, e.error, e.tuning)
+        tail = tails.get(t)
         if tail is None:
-            tail = tails[k] = f'{_json(e.error)}, "tuning": {_json(e.tuning)}}}'
+            tail = tails[t] = f'{_json(e.error)}, "tuning": {_json(e.tuning)}}}'
         seconds = round(e.seconds, 6)
         number = (
             float.__repr__(seconds)

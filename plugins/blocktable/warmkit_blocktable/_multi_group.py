@@ -140,9 +140,9 @@ class MultiGroupBlockTable:
             for table, ids in zip(self.block_tables, block_ids):
                 update(table, ids, row_idx)
         except BaseException:
-            for table, ids in zip(self.block_tables, saved):
-                table._rows[row_idx, : ids.size] = ids
-                table.num_blocks_per_row[row_idx] = ids.size
+            for table, old in zip(self.block_tables, saved):
+                table._rows[row_idx, : old.size] = old
+                table.num_blocks_per_row[row_idx] = old.size
             raise
 
     def append_row(self, block_ids: Sequence[Sequence[int]], row_idx: int) -> None:

@@ -32,6 +32,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from warmkit import BackendStatus, Target
+
 from . import _cute_api as api
 from . import _hooks
 from ._kernel import CuteArtifact, CuteExecutor, FakeTensor
@@ -48,13 +50,18 @@ _scope_lock = threading.Lock()
 _redirect: list[Path] = []
 
 
-def _arch(target: str) -> str:
-    text = target.strip().lower().removeprefix("cuda:").removeprefix("sm_").removesuffix("a")
-    if text not in ("90", "100"):
+def _arch(target: str | Target) -> str:
+    """``"cuda:90"`` (any of ``warmkit.Target.parse``'s spellings) -> ``"sm_90a"``, what CuTe DSL compiles."""
+    try:
+        tgt = Target.parse(target)
+        ok = tgt.platform == "cuda" and tgt.feature in ("", "a") and tgt.capability in (90, 100)
+    except ValueError:
+        ok = False
+    if not ok:
         raise ValueError(
             f"unknown CuTe DSL target {target!r}: use 'cuda:90' (sm_90a) or 'cuda:100' (sm_100a)"
         )
-    return f"sm_{text}a"
+    return f"sm_{tgt.capability}a"
 
 
 def _device_target() -> str | None:
@@ -105,8 +112,7 @@ class CuteDSLBackend:
 
     name = "cutedsl"
 
-    def available(self) -> Any:
-        from warmkit import BackendStatus
+    def available(self) -> BackendStatus:
 
         try:
             # Metadata, not an import: importing the DSL takes seconds, and `warmkit list`
@@ -131,7 +137,7 @@ class CuteDSLBackend:
 
     def compile_scope(
         self, target: str | None, jobs: int
-    ) -> contextlib.AbstractContextManager[Any]:
+    ) -> contextlib.AbstractContextManager[object]:
         if target is not None:
             _arch(target)
         return contextlib.nullcontext()

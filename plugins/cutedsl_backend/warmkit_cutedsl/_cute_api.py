@@ -18,6 +18,8 @@ import threading
 from types import ModuleType
 from typing import Any
 
+from warmkit import WarmkitError
+
 __all__ = [
     "INSTALL_HINT",
     "PINNED",
@@ -41,7 +43,7 @@ _lock = threading.Lock()
 _runtime: ctypes.CDLL | None = None
 
 
-class CuteDSLNotInstalledError(ImportError):
+class CuteDSLNotInstalledError(WarmkitError, ImportError):
     """nvidia-cutlass-dsl is missing. Attributes: install_hint."""
 
     def __init__(self, reason: str) -> None:

@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import attrs
+from warmkit import BackendStatus, Target
 
 from . import _hooks
 from . import _tilelang_api as api
@@ -36,35 +36,30 @@ __all__ = ["TileLangBackend", "parse_target"]
 logger = logging.getLogger(__name__)
 
 
-@attrs.frozen
-class Target:
-    """A CUDA compute capability, e.g. ``Target(9, 0)`` = ``"cuda:90"``."""
+def parse_target(target: str | Target) -> Target:
+    """``"cuda:90"``, ``"sm_90"``, ``"sm_90a"``, ``"90"`` -> ``warmkit.Target("cuda", "90")``.
 
-    major: int
-    minor: int
-
-    def __str__(self) -> str:
-        return f"cuda:{self.major}{self.minor}"
-
-
-def parse_target(target: str) -> Target:
-    """``"cuda:90"``, ``"sm_90"``, ``"sm_90a"`` or ``"90"`` -> ``Target(9, 0)``.
+    TileLang compiles the ``a`` variant (``sm_90a``) of a capability, so the target
+    is the capability alone. The spellings are ``warmkit.Target.parse``'s.
 
     Raises:
-        ValueError: any other string (the message lists the accepted forms).
+        ValueError: any other target (the message lists the accepted forms).
     """
-    text = target.strip().lower()
-    for prefix in ("cuda:", "sm_", "sm"):
-        if text.startswith(prefix):
-            text = text[len(prefix) :]
-            break
-    text = text.removesuffix("a")
-    if not (text.isdigit() and len(text) in (2, 3)):
+    try:
+        tgt = Target.parse(target)
+        ok = tgt.platform == "cuda" and tgt.feature in ("", "a")
+    except ValueError:
+        ok = False
+    if not ok:
         raise ValueError(
             f"unknown TileLang target {target!r}: use 'cuda:90' (sm_90a, H100/H200) or "
             "'cuda:100' (sm_100a); 'sm_90' and 'sm_90a' are accepted too"
         )
-    return Target(int(text[:-1]), int(text[-1]))
+    return Target("cuda", str(tgt.capability))
+
+
+def _cuda_target(capability: tuple[int, int]) -> Target:
+    return Target("cuda", f"{capability[0]}{capability[1]}")
 
 
 def _device_capability() -> tuple[int, int] | None:
@@ -91,9 +86,8 @@ class TileLangBackend:
 
     # -- availability and targets ---------------------------------------------------------
 
-    def available(self) -> Any:
+    def available(self) -> BackendStatus:
         """Whether TileLang is importable; the install hint when not."""
-        from warmkit import BackendStatus
 
         try:
             version = api.tilelang_version()
@@ -107,7 +101,7 @@ class TileLangBackend:
     def default_target(self) -> str | None:
         """The local GPU's target (``"cuda:90"`` on an H100/H200), or None without one."""
         cap = _device_capability()
-        return None if cap is None else str(Target(*cap))
+        return None if cap is None else str(_cuda_target(cap))
 
     def canonical_target(self, target: str) -> str:
         """``"sm_90a"`` -> ``"cuda:90"``. Raises ValueError for an unknown target."""
@@ -119,7 +113,7 @@ class TileLangBackend:
 
     def compile_scope(
         self, target: str | None, jobs: int
-    ) -> contextlib.AbstractContextManager[Any]:
+    ) -> contextlib.AbstractContextManager[object]:
         """Nothing to set up: each compile is independent. Checks the target string early."""
         if target is not None:
             parse_target(target)
@@ -153,7 +147,7 @@ class TileLangBackend:
                     "device. For an ahead-of-time compile on this host pass a target, e.g. "
                     "warmkit.WarmupConfig(target='cuda:90')"
                 )
-            tgt = Target(*cap)
+            tgt = _cuda_target(cap)
         else:
             tgt = parse_target(target)
         tl_target = api.cuda_target((tgt.major, tgt.minor))

@@ -25,6 +25,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from warmkit import WarmkitError
+
 __all__ = [
     "INSTALL_HINT",
     "PINNED",
@@ -66,7 +68,7 @@ _KEY_VARIABLES = (
 _redirect_lock = threading.Lock()
 
 
-class TileLangNotInstalledError(ImportError):
+class TileLangNotInstalledError(WarmkitError, ImportError):
     """TileLang is missing.
 
     Attributes:
@@ -135,7 +137,7 @@ def cuda_target(capability: tuple[int, int]) -> dict[str, str]:
 # -- the disk cache -------------------------------------------------------------------------
 
 
-def _kernel_cache_class() -> type:
+def _kernel_cache_class() -> Any:  # tilelang is untyped
     require_tilelang()
     from tilelang.cache.kernel_cache import KernelCache  # private module, 0.1.15
 

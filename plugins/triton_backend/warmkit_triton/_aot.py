@@ -29,6 +29,8 @@ from typing import Any
 
 import attrs
 
+import warmkit
+
 from . import _triton_api as api
 from ._triton_api import require_triton
 
@@ -45,9 +47,6 @@ logger = logging.getLogger(__name__)
 
 #: File an AOT compile writes into each Triton cache entry it produced.
 ACCEPTED_TARGETS = "'cuda:<compute capability>' such as 'cuda:80', 'cuda:90', 'cuda:100' (also 'sm_90', 'cuda:9.0')"
-
-_TARGET_RE = re.compile(r"^(?:cuda:)?(?:sm_?)?(?P<cc>\d{2,3})$")
-_DOTTED_RE = re.compile(r"^cuda:(?P<major>\d{1,2})\.(?P<minor>\d)$")
 
 
 @attrs.frozen
@@ -72,7 +71,7 @@ class Target:
         return api.gpu_target(self.backend, self.arch, self.warp_size)
 
 
-def parse_target(target: str) -> Target:
+def parse_target(target: str | warmkit.Target) -> Target:
     """Parse a target string such as ``"cuda:90"``.
 
     Args:
@@ -83,19 +82,18 @@ def parse_target(target: str) -> Target:
         ValueError: any other string; the message names it and the accepted forms.
         TypeError: not a string.
     """
-    if not isinstance(target, str):
+    if not isinstance(target, (str, warmkit.Target)):
         raise TypeError(
             f"Triton target must be a string, one of {ACCEPTED_TARGETS}; got {target!r}"
         )
-    text = target.strip().lower()
-    m = _TARGET_RE.match(text)
-    if m is not None:
-        cc = int(m.group("cc"))
-    else:
-        m = _DOTTED_RE.match(text)
-        if m is None:
-            raise ValueError(f"unknown Triton target {target!r}; accepted: {ACCEPTED_TARGETS}")
-        cc = int(m.group("major")) * 10 + int(m.group("minor"))
+    try:
+        parsed = warmkit.Target.parse(target)
+        ok = parsed.platform == "cuda" and not parsed.feature  # Triton picks sm_90a itself
+    except ValueError:
+        ok = False
+    if not ok:
+        raise ValueError(f"unknown Triton target {target!r}; accepted: {ACCEPTED_TARGETS}")
+    cc = parsed.capability
     if cc < 70:
         raise ValueError(
             f"unknown Triton target {target!r}: compute capability {cc} is below 70, which Triton "

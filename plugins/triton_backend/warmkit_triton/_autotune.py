@@ -28,6 +28,8 @@ from typing import Any, Protocol
 
 import attrs
 
+from warmkit import WarmkitError
+
 from . import _triton_api as api
 from ._aot import cache_dir, require_device
 from ._kernel import InterpretedExecutor, _verify_default, check_warmup_args
@@ -47,7 +49,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 
-class AutotuneKeyMismatchError(RuntimeError):
+class AutotuneKeyMismatchError(WarmkitError, RuntimeError):
     """A launch's arguments give another autotune key than the warmup arguments of its compile key.
 
     The winner was tuned for the warmup's autotune key; this launch would have

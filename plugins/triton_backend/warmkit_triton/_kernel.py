@@ -43,7 +43,7 @@ import sys
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, ClassVar, TypeVar
 
-from warmkit import JitKernel, KernelDefinitionError
+from warmkit import JitKernel, KernelDefinitionError, WarmkitError
 
 from . import _envs, _stack
 from . import _triton_api as api
@@ -62,7 +62,7 @@ logger = logging.getLogger(__name__)
 K = TypeVar("K")
 
 
-class SpecializationMismatchError(RuntimeError):
+class SpecializationMismatchError(WarmkitError, RuntimeError):
     """A launch's arguments specialize differently from the variant its key names.
 
     Raised only when launch verification is on (``TritonKernel.verify_launches``

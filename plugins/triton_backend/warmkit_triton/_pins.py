@@ -34,6 +34,8 @@ import threading
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+from warmkit import WarmkitError
+
 from . import _triton_api as api
 from ._values import UnreplayableError, _unwrap, decode_value, encode_value
 
@@ -55,7 +57,7 @@ _pin_lock = threading.RLock()
 _MISSING = object()
 
 
-class PinMismatchError(RuntimeError):
+class PinMismatchError(WarmkitError, RuntimeError):
     """A pinned identity that this host cannot reproduce; the message names what and both values."""
 
 
@@ -158,9 +160,9 @@ def differences(fn: Any, pins: Mapping[str, Any]) -> tuple[list[str], list[tuple
         want = api.make_constexpr(want) if rec.get("constexpr") else want
         text = f"{where} = {_text(rec)} when pinned, {_local_text(local)} here"
         changes.append((ns, rec["name"], want, local, text))
-    for (module, name), g in sorted(used.items()):  # read here, absent from the pins
+    for (module_name, name), g in sorted(used.items()):  # read here, absent from the pins
         problems.append(
-            f"global {module}.{name} = {_local_text(g.value)} here is not in the pinned identity"
+            f"global {module_name}.{name} = {_local_text(g.value)} here is not in the pinned identity"
         )
     return problems, changes
 

@@ -360,7 +360,8 @@ class RecordedTritonKernel(TritonKernel):
             RuntimeError: its source changed since it was recorded.
         """
         with _fn_lock:
-            self.fn = self._function(json.loads(key.spec_json))
+            # per instance: each recorded entry names its own function (fn is a ClassVar elsewhere)
+            self.fn = self._function(json.loads(key.spec_json))  # type: ignore[misc]
             return self.fn
 
     def compile(self, key: Any) -> Any:
@@ -396,7 +397,7 @@ class RecordedTritonKernel(TritonKernel):
 
 
 _fn_lock = threading.Lock()
-_classes: dict[tuple[type, str], type] = {}
+_classes: dict[tuple[type, str], type[RecordedTritonKernel]] = {}
 
 
 def _replay_arg(param: api.JitParam, a: Mapping[str, Any]) -> Any:

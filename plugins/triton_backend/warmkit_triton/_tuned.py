@@ -259,7 +259,7 @@ class ResultId:
         )
 
 
-def result_id(stack: Stack, tkey: tuple[Any, ...], gpu: str, target: str) -> ResultId:
+def result_id(stack: Stack, tkey: tuple[Any, ...] | None, gpu: str, target: str) -> ResultId:
     name, digest = _function_identity(stack.jit)
     configs = json.dumps([describe_config(c) for c in stack.tuner.configs], sort_keys=True)
     return ResultId(

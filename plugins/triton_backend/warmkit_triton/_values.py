@@ -14,12 +14,14 @@ import sys
 import types
 from typing import Any
 
+from warmkit import WarmkitError
+
 from . import _triton_api as api
 
 __all__ = ["UnreplayableError", "decode_value", "encode_value"]
 
 
-class UnreplayableError(ValueError):
+class UnreplayableError(WarmkitError, ValueError):
     """Raised while describing a specialization that another process cannot rebuild."""
 
 

@@ -37,7 +37,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 from urllib.parse import urlsplit, urlunsplit
 
 import attrs
@@ -406,7 +406,8 @@ class RedisStore:
 
     def get(self, key: str) -> StoredEntry | None:
         try:
-            raw = self._r.hgetall(self._entry(key))
+            # from_url without decode_responses (above): field names and values are bytes
+            raw = cast("dict[bytes, bytes]", self._r.hgetall(self._entry(key)))
         except self._response_error as exc:
             if "WRONGTYPE" not in str(exc):
                 raise StoreUnavailableError(f"failing ({exc})", url=self.url) from exc

@@ -12,10 +12,12 @@ import dataclasses
 import functools
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
+
+from ..._plugin.contract import KernelClass
 
 __all__ = ["decode_key", "decode_value", "encode_key", "encode_value"]
 
@@ -56,7 +58,8 @@ def _parsed_encoder() -> Any:
 
 _encode_parsed = _parsed_encoder()
 
-_scan = json.JSONDecoder().scan_once
+# set by JSONDecoder.__init__ (the C scanner), which typeshed does not declare
+_scan: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
 
 
 def _decode_canonical(text: str) -> Any:
@@ -139,7 +142,7 @@ def _check_plain_value(name: str, value: Any) -> None:
         )
 
 
-def decode_key(cls: type, fields: Mapping[str, Any]) -> Any:
+def decode_key(cls: KernelClass, fields: Mapping[str, Any]) -> Any:
     """Rebuild ``cls.CompileKey`` from ``encode_key`` data."""
     if _AS_IS.issuperset(map(type, fields.values())):  # nothing tagged: the fields as they are
         return cls.CompileKey(**fields)

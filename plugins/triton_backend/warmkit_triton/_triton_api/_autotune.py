@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 from ._import import require_triton
 
 
-def _classes() -> tuple[type, type, type]:
+def _classes() -> tuple[Any, Any, Any]:  # Triton's classes (untyped)
     require_triton()
     from triton.runtime.autotuner import Autotuner, Heuristics
     from triton.runtime.jit import JITFunction

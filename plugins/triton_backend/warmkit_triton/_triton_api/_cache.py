@@ -102,7 +102,7 @@ def checked_cache_manager(check: Callable[[str], bool]) -> type:
     """
     from triton.runtime.cache import FileCacheManager
 
-    class CheckedCacheManager(FileCacheManager):  # type: ignore[misc, valid-type]
+    class CheckedCacheManager(FileCacheManager):
         def get_group(self, filename: str) -> Any:
             if not os.path.exists(self._make_path(f"{GROUP_FILE_PREFIX}{filename}")):
                 return None  # a miss, or an entry still being written
@@ -200,10 +200,12 @@ def replace_triton_key(current: Any, new: Any, modules: Sequence[str] | None = N
     names = list(sys.modules) if modules is None else list(modules)
     for name in names:
         mod = sys.modules.get(name)
-        if (name == "triton" or name.startswith("triton.")) and getattr(
-            mod, "triton_key", None
-        ) is current:
-            mod.triton_key = new
+        if (
+            mod is not None
+            and (name == "triton" or name.startswith("triton."))
+            and getattr(mod, "triton_key", None) is current
+        ):
+            mod.triton_key = new  # type: ignore[attr-defined]  # a function Triton defines there
             changed.append(name)
     return changed
 
@@ -232,6 +234,8 @@ def _package_shas(directory: str, prefix: str) -> list[str]:
     out = []
     for info in pkgutil.walk_packages([directory], prefix=prefix):
         spec = info.module_finder.find_spec(info.name)  # type: ignore[call-arg]
+        if spec is None or spec.origin is None:  # Triton's key hashes every module's file
+            raise ImportError(f"no file for module {info.name} under {directory}")
         out.append(_file_sha(spec.origin))
     return out
 

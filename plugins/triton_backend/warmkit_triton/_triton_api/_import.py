@@ -7,6 +7,9 @@ import importlib
 import threading
 from collections.abc import Callable
 from types import ModuleType
+from typing import Any
+
+from warmkit import WarmkitError
 
 # CPython gh-106905: concurrent ast.parse can fail; the one definition of where is the core's.
 from warmkit._compat import AST_PARSE_RACES
@@ -19,7 +22,7 @@ INSTALL_HINT = "pip install warmkit-triton  (or: pip install 'triton>=3.6')"
 # -- importing Triton ---------------------------------------------------------------------------
 
 
-class TritonNotInstalledError(ImportError):
+class TritonNotInstalledError(WarmkitError, ImportError):
     """Triton is missing or too old for this backend.
 
     Attributes:
@@ -131,7 +134,7 @@ def serialize_ast_parse() -> None:
         parse = JITCallable.parse
 
         @functools.wraps(parse)
-        def parse_one_at_a_time(self):
+        def parse_one_at_a_time(self: Any) -> Any:
             with _parse_lock:
                 return parse(self)
 

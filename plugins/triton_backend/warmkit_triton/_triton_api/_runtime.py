@@ -466,7 +466,7 @@ def async_compile_mode(executor: Any) -> Any:
     """
     from triton.runtime._async_compile import AsyncCompileMode
 
-    class _LockedAsyncCompileMode(AsyncCompileMode):  # type: ignore[misc, valid-type]
+    class _LockedAsyncCompileMode(AsyncCompileMode):
         def __init__(self, executor: Any) -> None:
             super().__init__(executor, ignore_errors=True)
             self._lock = threading.Lock()
