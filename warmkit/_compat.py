@@ -54,7 +54,7 @@ import logging
 import sys
 import threading
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, Protocol
 
 __all__ = [
     "AST_PARSE_RACES",
@@ -183,8 +183,18 @@ def gc_paused() -> Iterator[None]:
         gc.enable()
 
 
+class Keep(Protocol):
+    """``keep(collect=True)``: what :func:`kept_out_of_gc` yields."""
+
+    def __call__(self, collect: bool = True) -> None: ...
+
+
+def keep_nothing(collect: bool = True) -> None:
+    """The ``Keep`` of a warmup that keeps nothing out of the collector."""
+
+
 @contextlib.contextmanager
-def kept_out_of_gc() -> Iterator[Callable[[bool], None]]:
+def kept_out_of_gc() -> Iterator[Keep]:
     """Garbage collection in the block skips what existed before it, and what ``keep()`` keeps.
 
     A warmup keeps what it makes (keys, executors, report entries), and each
@@ -206,11 +216,11 @@ def kept_out_of_gc() -> Iterator[Callable[[bool], None]]:
     thread makes during the warmup is thawed by it: one permanent generation.)
     """
     if not gc.isenabled():
-        yield lambda collect=True: None
+        yield keep_nothing
         return
     if process_froze_objects():
         with known_frozen():
-            yield lambda collect=True: None
+            yield keep_nothing
         return
 
     def keep(collect: bool = True) -> None:

@@ -113,15 +113,15 @@ def _multiprocessing_child() -> bool:
 def _defer_to_bootstrap() -> None:
     from multiprocessing.process import BaseProcess
 
-    original = BaseProcess._bootstrap
+    original = BaseProcess._bootstrap  # type: ignore[attr-defined]  # private, stable since 3.8
 
     def bootstrap(self: BaseProcess, *args: Any, **kwargs: Any) -> Any:
-        BaseProcess._bootstrap = original  # type: ignore[method-assign]  # once per process
+        BaseProcess._bootstrap = original  # type: ignore[attr-defined]  # once per process
         if not getattr(self, "warmkit_compile_worker", False):
             _act()
         return original(self, *args, **kwargs)
 
-    BaseProcess._bootstrap = bootstrap  # type: ignore[method-assign]
+    BaseProcess._bootstrap = bootstrap  # type: ignore[attr-defined]
 
 
 def _act() -> None:
@@ -132,9 +132,9 @@ def _act() -> None:
     manifest = _envs.get("WARMKIT_MANIFEST")
     record = _envs.get("WARMKIT_RECORD")
     if manifest is not None:
-        from .._warmup.config import WarmupConfig
         from .._exceptions import WarmkitError
         from .._registry.registry import WarmupRegistry
+        from .._warmup.config import WarmupConfig
         from .._warmup.orchestrate import warmup
 
         try:

@@ -25,8 +25,8 @@ from typing import Any, TypeVar
 import attrs
 
 from .._compat import gc_paused
-from .._plugin.contract import KernelClass
 from .._exceptions import ManifestError, PluginLoadError, naming
+from .._plugin.contract import KernelClass
 from .._version import __version__
 from .identity import manifest_pins
 from .manifest.codec import _AS_IS, decode_value, encode_value

@@ -16,16 +16,24 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NoReturn
 
 from .. import metrics, monitor
-from .._compat import ast_parse_serialized, gc_paused, kept_out_of_gc
+from .._compat import Keep, ast_parse_serialized, gc_paused, keep_nothing, kept_out_of_gc
 from .._exceptions import BackendUnavailableError, WarmupError
 from .._kernel import memo as _memo
 from .._plugin.contract import CanonicalTargets, reported_tuning
 from .._plugin.discovery import check_target
 from .._registry import identity as _identity
 from .._registry.recorded import resolve_recorded, start_recording
+from .._registry.registry import WarmupRegistry
 from .config import WarmupConfig, warn_unapplied
 from .prepare import join as join_setup
-from .report import IN_REPORT, ReportEntry, WarmupReport, failure_lines, progress_bar
+from .report import (
+    IN_REPORT,
+    ReportEntry,
+    ReportStatus,
+    WarmupReport,
+    failure_lines,
+    progress_bar,
+)
 from .runner import ABANDONED, CANCELLED, NOT_ATTEMPTED, run
 from .workers import interrupted
 
@@ -66,9 +74,7 @@ def warmup(
         return _warmup(config, registry, keep)
 
 
-def _warmup(
-    config: WarmupConfig | None, registry: Any, keep: Callable[[bool], None]
-) -> WarmupReport:
+def _warmup(config: WarmupConfig | None, registry: Any, keep: Keep) -> WarmupReport:
     from .._registry.registry import active_registry, default_registry
 
     # an explicit config that ignores set WARMKIT_* variables: one WARNING naming them
@@ -412,7 +418,7 @@ class _Run:
         self._procs: Any = None  # the group's ColdPool, when it may use worker processes
         self.fleet: Any = None
         self.setup_failures: dict[str, BaseException] = {}
-        self.keep: Callable[[bool], None] = lambda collect=True: None  # see kept_out_of_gc
+        self.keep: Keep = keep_nothing  # see kept_out_of_gc
         self.restore_sigint: Callable[[], None] | None = None  # set by a Ctrl-C (_workers)
 
     def close(self) -> None:
