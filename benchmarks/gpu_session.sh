@@ -133,8 +133,11 @@ elif [ "${1:-}" = fleet ]; then
     TAIL=12 step b9_fleet_redis 280 python3 benchmarks/fleet.py --hosts 1 --ranks 4 --store redis \
         --out "$RES/b9_redis.json"
 elif [ "${1:-}" = real_libraries ]; then
+    # PROFILE=1: also a py-spy profile of a warm restart per jobs setting (py-spy's wheel in .whl/);
+    # RUNS=0 PROFILE=1: the profiles alone.
     TAIL=40 step real_libraries 590 python3 benchmarks/real_libraries.py --runs "${RUNS:-5}" \
-        --libs "${LIBS:-fla,liger}" --out "$RES/real_libraries"
+        --libs "${LIBS:-fla,liger}" --out "$RES/real_libraries" \
+        ${PROFILE:+--profile /tmp/site/bin/py-spy}
 elif [ "${1:-}" = multigpu ]; then
     # B12 (#15): one process per GPU; NVLink multicast off here and in every rank's environment.
     export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1

@@ -222,6 +222,7 @@ class Session:
         self.warmkit = [sys.executable, "-m", "warmkit"]
         self.timeout = TIMEOUT_S
         self.recordings: Path | None = None
+        self.py_spy: str | None = None
         self.failures: list[str] = []
         self._n = 0
 
@@ -313,7 +314,22 @@ def measure(s: Session, lib: str, runs: int) -> dict:
         got["install_s"] = install
         got["first_s"] += install
         rows[ROWS[3]].append(got)
+    if s.py_spy:
+        profile(s, lib, replay, wk_cache)
     return {"once": once, "rows": rows, "bundle_build_s": build_s}
+
+
+def profile(s: Session, lib: str, replay: list[str], wk_cache: Path) -> None:
+    """A py-spy profile (every thread, idle included; collapsed stacks) of one warm restart with
+    the default jobs and one with jobs=1: where the warmup's time goes beyond Triton's own loads."""
+    for label, env in (("default", {}), ("jobs1", {"WARMKIT_JOBS": "1"})):
+        dest = s.out / f"{lib}-profile-{label}.txt"
+        spy = [s.py_spy, "record", "--subprocesses", "--idle", "--threads", "--nonblocking",
+               "--rate", "250", "--format", "raw", "-o", str(dest), "--"]  # fmt: skip
+        try:
+            s.run(lib, [*spy, *replay], wk_cache, f"{lib}-profile-{label}", env)
+        except SystemExit as exc:  # a profile is evidence, not a row: the rows stand without it
+            print(f"real_libraries: profile {label} failed: {exc}", flush=True)
 
 
 ROWS = [
@@ -398,10 +414,15 @@ def main() -> None:
         help="a folder with an earlier run's <lib>_run.json: replayed instead of recording again",
     )  # fmt: skip
     p.add_argument("--timeout", type=float, default=TIMEOUT_S, help="seconds per process")
+    p.add_argument(
+        "--profile", metavar="PY_SPY",
+        help="py-spy's path: also profile one warm restart per jobs setting (<lib>-profile-*.txt); "
+        "with --runs 0, only that (no timed rows, no ratios)",
+    )  # fmt: skip
     a = p.parse_args()
     libs = a.libs.split(",")
     unknown = sorted(set(libs) - set(WORKLOADS))
-    if unknown or a.runs < 5:
+    if unknown or (a.runs < 5 and not (a.runs == 0 and a.profile)):
         p.error(f"unknown --libs {unknown}" if unknown else "--runs must be >= 5 (medians of >= 5)")
     import torch
 
@@ -412,16 +433,20 @@ def main() -> None:
     s = Session(a.out)
     s.timeout = a.timeout
     s.recordings = a.recordings.resolve() if a.recordings else None
+    s.py_spy = a.profile
     results = {}
     for lib in libs:
         results[lib] = measure(s, lib, a.runs)
         check(s, lib, results[lib])
+        if not a.runs:  # profiles only: no ratios to print
+            continue
         text = table(results)  # written after each library: a call cut short keeps what finished
         (a.out / "table.md").write_text(text + "\n")
         doc = {"gpu": torch.cuda.get_device_name(0), "results": results, "failures": s.failures}
         (a.out / "results.json").write_text(json.dumps(doc, indent=1))
         print(table({lib: results[lib]}), flush=True)
-    print(text)
+    if a.runs:
+        print(text)
     shutil.rmtree(s.scratch, ignore_errors=True)
     for f in s.failures:
         print(f"FAIL {f}")

@@ -165,17 +165,25 @@ RECORD_CHILD = textwrap.dedent(
 )
 
 
-def test_recorded_kernel_built_under_the_other_value_holds_exactly_the_recorded_entries(
-    tmp_path: Path,
-) -> None:
-    # A real `warmkit record` (Triton's jit_cache_hook, fired by fn.warmup with an sm_90
-    # driver that needs no GPU; the interpreter records nothing), on the "GPU host".
+def _record_on_the_gpu_host(tmp_path: Path) -> Path:
+    """A real `warmkit record` on the "GPU host": its recording's path.
+
+    Triton's jit_cache_hook fires from fn.warmup with an sm_90 driver that needs no GPU;
+    the interpreter records nothing.
+    """
     script = tmp_path / "work.py"
     script.write_text(RECORD_CHILD)
     out = tmp_path / "rec.json"
     cmd = [sys.executable, "-m", "warmkit", "record", "-o", str(out), "--"]
     proc = _run(cmd + [sys.executable, str(script)], _env(tmp_path / "c0", **GPU_HOST), tmp_path)
     assert proc.returncode == 0, proc.stderr
+    return out
+
+
+def test_recorded_kernel_built_under_the_other_value_holds_exactly_the_recorded_entries(
+    tmp_path: Path,
+) -> None:
+    out = _record_on_the_gpu_host(tmp_path)
     (spec,) = {json.dumps(e.spec["pins"], sort_keys=True) for e in warmkit.read_recorded(out)}
     assert '"name": "PREC"' in spec and '"value": "tf32"' in spec
     proc = _build(out, tmp_path / "reference.wkb", tmp_path, **GPU_HOST)
@@ -267,3 +275,17 @@ def test_a_recorded_autotune_winner_builds_on_a_host_with_other_globals(tmp_path
     assert proc.returncode == 0, proc.stderr
     (row,) = json.loads(proc.stdout)["entries"]
     assert row["status"] in ("compiled", "cached") and row["tuning"] == "needs-device", row
+
+
+def test_a_pinned_recording_warms_up_again_on_a_warm_cache(tmp_path: Path) -> None:
+    # Found building fla's H100 recording on the CPU box: the first ahead-of-time warmup built
+    # the pinned variants, the second (the same cache, warm) refused them with "did not
+    # reproduce Triton's recorded cache key".
+    out = _record_on_the_gpu_host(tmp_path)
+    warm = [sys.executable, "-m", "warmkit", "warmup", str(out), "--target", TARGET, "--json"]
+    statuses = []
+    for _ in range(2):  # the CPU host, one cache: cold, then warm
+        proc = _run(warm, _env(tmp_path / "c1"), tmp_path)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        statuses.append(sorted(r["status"] for r in json.loads(proc.stdout)["entries"]))
+    assert statuses == [["compiled", "compiled"], ["cached", "cached"]]

@@ -28,6 +28,7 @@ manifest saved by this version pins every Triton kernel it names.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import sys
 import threading
@@ -190,6 +191,11 @@ def pinned(kernel: str, fn: Any, pins: Mapping[str, Any]) -> Iterator[list[str]]
             )
         if not changes:
             settle(jit)
+        elif _compiled_under.get(jit) != _signature(pins):
+            # What is in memory was compiled under other values (this host's, or other
+            # pins): a launch walk must not hit it. Under these same pins it stays, so the
+            # entry a probe just loaded is still there for the compile that follows.
+            _drop_in_memory(jit)
     except BaseException:
         _pin_lock.release()
         raise
@@ -203,7 +209,6 @@ def pinned(kernel: str, fn: Any, pins: Mapping[str, Any]) -> Iterator[list[str]]
         for ns, name, want, _local, _text_ in changes:
             ns[name] = want
         api.forget_identity(deps)
-        _drop_in_memory(jit)  # a variant compiled under the local values must not be hit
         try:
             yield [c[4] for c in changes]
         finally:
@@ -215,22 +220,26 @@ def pinned(kernel: str, fn: Any, pins: Mapping[str, Any]) -> Iterator[list[str]]
             api.restore_identity(saved)
             # What it compiled stays in memory (a replay checks Triton's key there): the next
             # compile of the function that is not pinned the same way drops it first.
-            _dirty.add(jit)
+            _compiled_under[jit] = _signature(pins)
     finally:
         _pin_lock.release()
 
 
-# Functions whose in-memory kernels were compiled under pinned values.
-_dirty: set[Any] = set()
+# Functions whose in-memory kernels were compiled under pinned values -> those pins'
+# signature; a function absent holds only what this host's own values compiled.
+_compiled_under: dict[Any, str] = {}
+
+
+def _signature(pins: Mapping[str, Any]) -> str:
+    return json.dumps(pins, sort_keys=True, default=repr)
 
 
 def settle(fn: Any) -> None:
     """Before a compile with this host's values: drop what a pinned compile left in memory."""
-    if _dirty:
+    if _compiled_under:
         jit = _unwrap(fn)
         with _pin_lock:
-            if jit in _dirty:
-                _dirty.discard(jit)
+            if _compiled_under.pop(jit, None) is not None:
                 _drop_in_memory(jit)
 
 
@@ -243,8 +252,6 @@ def pins_for(kernel: Any, key: Any) -> Mapping[str, Any] | None:
     """The pinned identity that compiles ``key``: a recorded entry's own, else the manifest's."""
     spec_json = getattr(key, "spec_json", None)
     if isinstance(spec_json, str):  # a recorded raw entry carries its pins in its spec
-        import json
-
         pins = json.loads(spec_json).get("pins")
         return pins if isinstance(pins, dict) else None
     from warmkit import pinned_identity
