@@ -10,6 +10,7 @@ WarmkitError
 ├── BackendNotImplementedError (NotImplementedError)  a stub backend was asked to compile
 ├── WarmupError (RuntimeError)             a compile failed during warmup
 │   └── CacheMissError                     read-only serving: a key is not in the cache
+├── IdentityMismatchError (RuntimeError)   a key's pinned identity cannot be reproduced here
 ├── StoreError (RuntimeError)              a shared store refused an operation
 │   └── StoreUnavailableError (ConnectionError)  the store cannot be reached
 ├── RuntimeCompileError (RuntimeError)     a compile after warmup, in monitor "error" mode
@@ -45,6 +46,7 @@ __all__ = [
     "RuntimeCompileError",
     "StoreError",
     "StoreUnavailableError",
+    "IdentityMismatchError",
     "WarmkitError",
     "WarmupError",
     "WorkerDiedError",
@@ -251,6 +253,17 @@ class WarmupError(WarmkitError, RuntimeError):
         self.failures = tuple(failures)
         self.report = report
         super().__init__(message)
+
+
+class IdentityMismatchError(WarmkitError, RuntimeError):
+    """A key's pinned identity (``docs/bundles.md``) cannot be reproduced on this host.
+
+    A backend raises it rather than build another variant than the one the
+    manifest pinned; the message names the kernel, each global or function,
+    and the pinned and local values. ``build_bundle(skip_refused=True)``
+    leaves such keys out of a bundle and lists them; every other failure
+    still fails the build.
+    """
 
 
 class CacheMissError(WarmupError):

@@ -289,3 +289,82 @@ def test_a_pinned_recording_warms_up_again_on_a_warm_cache(tmp_path: Path) -> No
         assert proc.returncode == 0, proc.stdout + proc.stderr
         statuses.append(sorted(r["status"] for r in json.loads(proc.stdout)["entries"]))
     assert statuses == [["compiled", "compiled"], ["cached", "cached"]]
+
+
+def _edit_recorded(recording: Path, out: Path, edit) -> Path:
+    """A copy of ``recording`` with its entries edited, their ids made to match again (a forger's)."""
+    from warmkit._registry.recorded import _canonical, _entry_id
+
+    data = json.loads(recording.read_text())
+    (group,) = data["recorded"]
+    edit(group["entries"])
+    where = (group["backend"], group["kind"], group["kernel"])
+    group["entries"] = [
+        [_entry_id(*where, _canonical(spec), group["target"]), spec]
+        for _, spec in group["entries"]
+    ]
+    out.write_text(json.dumps(data))
+    return out
+
+
+def _unencodable(entries) -> None:  # BLOCK=16's PREC recorded as an object with no encoding
+    spec = next(s for _, s in entries if s["args"][-1]["value"] == 16)
+    rec = next(g for g in spec["pins"]["globals"] if g["name"] == "PREC")
+    del rec["value"]
+    rec["repr"] = "<Precision object at 0x7f>"
+
+
+def test_skip_refused_leaves_out_and_lists_only_the_refused_keys(tmp_path: Path) -> None:
+    recording = _record_on_the_gpu_host(tmp_path)
+    proc = _build(recording, tmp_path / "reference.wkb", tmp_path, **GPU_HOST)
+    assert proc.returncode == 0, proc.stderr
+    edited = _edit_recorded(recording, tmp_path / "edited.json", _unencodable)
+    proc = _build(edited, tmp_path / "all.wkb", tmp_path)  # without the flag: the build fails
+    assert proc.returncode == 1 and not (tmp_path / "all.wkb").exists()
+    out = tmp_path / "partial.wkb"
+    cmd = [sys.executable, "-m", "warmkit", "bundle", "build", str(edited), "--skip-refused"]
+    cmd += ["--target", TARGET, "-o", str(out), "--json"]
+    proc = _run(cmd, _env(tmp_path / "c2"), tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    (refused,) = json.loads(proc.stdout)["refused"]
+    assert refused["kernel"] == "_pinned_kernels.dot_kernel" and "BLOCK=16" in refused["key"]
+    assert "global _pinned_kernels.PREC = tl.constexpr(<Precision object at 0x7f>)" in (
+        refused["reason"]
+    )
+    assert "1 key(s) left out" in proc.stderr and refused["reason"] in proc.stderr
+    info = warmkit.inspect_bundle(out)
+    assert info["refused"] == [refused] and info["totals"]["keys"] == 1
+    # The key that was built is the reference's (the GPU host's) variant of BLOCK=32.
+    assert len(_entries(out)) == 1 and _entries(out) < _entries(tmp_path / "reference.wkb")
+
+
+def test_skip_refused_still_fails_on_any_other_failure(tmp_path: Path) -> None:
+    recording = _record_on_the_gpu_host(tmp_path)
+
+    def refused_and_gone(entries) -> None:
+        _unencodable(entries)
+        other = next(s for _, s in entries if s["args"][-1]["value"] == 32)
+        del other["args"][-1]  # BLOCK=32's arguments no longer match the function's parameters
+
+    edited = _edit_recorded(recording, tmp_path / "edited.json", refused_and_gone)
+    out = tmp_path / "x.wkb"
+    cmd = [sys.executable, "-m", "warmkit", "bundle", "build", str(edited), "--skip-refused"]
+    proc = _run(cmd + ["--target", TARGET, "-o", str(out)], _env(tmp_path / "c2"), tmp_path)
+    assert proc.returncode == 1 and not out.exists(), proc.stdout + proc.stderr
+    assert "left out" not in proc.stderr
+
+
+def test_bundle_check_names_a_key_left_out_at_build(tmp_path: Path) -> None:
+    recording = _record_on_the_gpu_host(tmp_path)
+    edited = _edit_recorded(recording, tmp_path / "edited.json", _unencodable)
+    out = tmp_path / "partial.wkb"
+    cmd = [sys.executable, "-m", "warmkit", "bundle", "build", str(edited), "--skip-refused"]
+    proc = _run(cmd + ["--target", TARGET, "-o", str(out)], _env(tmp_path / "c2"), tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    check = [sys.executable, "-m", "warmkit", "bundle", "check", str(out), "--json"]
+    proc = _run(check, _env(tmp_path / "c3"), tmp_path)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    rows = {r["key"].split(", ")[-1]: r for r in json.loads(proc.stdout)["keys"]}
+    assert rows["BLOCK=32"]["status"] == "hit"
+    assert rows["BLOCK=16"]["status"] == "miss" and rows["BLOCK=16"]["factor"] == "refused"
+    assert rows["BLOCK=16"]["reason"].startswith(f"left out of {out} at build (--skip-refused): ")

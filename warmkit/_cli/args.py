@@ -122,6 +122,12 @@ def _add_bundle_commands(sub: Any) -> None:
     b.add_argument(
         "--sign", metavar="KEY", help="sign the bundle with this Ed25519 private key (PEM)"
     )
+    b.add_argument(
+        "--skip-refused",
+        action="store_true",
+        help="leave out (and list) the keys whose pinned identity this host cannot reproduce, "
+        "instead of failing; the serving host compiles them. Other failures still fail",
+    )
     b.add_argument("--json", action="store_true", help=_JSON)
     b = bsub.add_parser("install", help="verify a bundle and install its entries")
     b.add_argument("bundle", help=_BUNDLE)

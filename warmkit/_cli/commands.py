@@ -275,10 +275,13 @@ def _cmd_bundle(args: argparse.Namespace) -> int:
             jobs=args.jobs,
             progress="off" if args.json else "auto",
             sign=args.sign,
+            skip_refused=args.skip_refused,
         )
         info = inspect_bundle(args.output)
-        if args.json:
-            print_json(json.dumps(info["totals"] | {"output": args.output}, indent=2))
+        if args.json:  # the refused keys were logged (a WARNING), each with its reason
+            refused = {"refused": meta["refused"]} if args.skip_refused else {}
+            extra = {"output": args.output} | refused
+            print_json(json.dumps(info["totals"] | extra, indent=2))
         else:
             t = info["totals"]
             print(

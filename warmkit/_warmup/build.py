@@ -22,7 +22,7 @@ from typing import Any
 from .._cache import signing as _signing
 from .._cache.bundle import _META, BUNDLE_FORMAT, BUNDLE_VERSION, _bundle_backend
 from .._cache.integrity import iter_entries, sha256_file, verify_entry
-from .._exceptions import BundleError
+from .._exceptions import BundleError, IdentityMismatchError, WarmupError
 from .._plugin.contract import TunedResults, entry_check
 from .._registry.recorded import resolve_recorded
 from .._version import __version__
@@ -42,6 +42,7 @@ def build_bundle(
     jobs: int | None = None,
     progress: str = "auto",
     sign: str | os.PathLike[str] | None = None,
+    skip_refused: bool = False,
 ) -> dict[str, Any]:
     """Compile every key of ``registry`` for ``target`` into fresh caches and pack them into ``out``.
 
@@ -55,13 +56,18 @@ def build_bundle(
         jobs: parallel compiles; None = automatic.
         progress: as ``WarmupConfig.progress``.
         sign: an Ed25519 private key (PEM) to sign the bundle with (``docs/bundles.md``).
+        skip_refused: leave out the keys whose pinned identity this host cannot
+            reproduce (``IdentityMismatchError``) instead of failing; they are
+            listed in the metadata's ``"refused"`` (kernel, key, reason), and the
+            GPU host compiles them. Any other failure still fails the build.
 
     Returns:
         The bundle's metadata (what ``inspect_bundle`` returns).
 
     Raises:
         BundleError: a backend without bundle support, or a warmup that wrote no entries.
-        WarmupError: a key failed to compile.
+        WarmupError: a key failed to compile (with ``skip_refused``: a key
+            failed for another reason than a refused identity).
         ValueError: an unknown target, an unusable output path or signing key;
             all checked before anything compiles.
     """
@@ -86,16 +92,11 @@ def build_bundle(
                     roots[b] = Path(entries_root)
             for cls in classes.values():
                 cls.clear_executors()  # in-memory executors would skip the cache
-            report = warmup(
-                # WARMKIT_STORE, _RECORD, _MONITOR ... do not apply to a build, on purpose
-                deliberate(
-                    WarmupConfig(target=target, jobs=jobs, monitor="off", progress=progress)
-                ),
-                registry,
-            )
+            report, refused = _build_warmup(registry, target, jobs, progress, skip_refused)
         kernels: dict[str, list[str]] = {}
         for e in report.entries:
-            kernels.setdefault(e.kernel, []).append(repr(e.key))
+            if e.status != "failed":
+                kernels.setdefault(e.kernel, []).append(repr(e.key))
         meta: dict[str, Any] = {
             "format": BUNDLE_FORMAT,
             "version": BUNDLE_VERSION,
@@ -107,6 +108,11 @@ def build_bundle(
             "warmup_seconds": round(report.seconds, 3),
             "backends": {},
         }
+        if skip_refused:
+            meta["refused"] = [
+                {"kernel": e.kernel, "key": repr(e.key), "reason": str(e.exception)}
+                for e in refused
+            ]
         files: list[tuple[str, Path]] = []
         for b, backend in backends.items():
             entries = _pack_entries(b, backend, roots[b], out, files)
@@ -132,6 +138,44 @@ def build_bundle(
         target or "this device",
     )
     return meta
+
+
+def _build_warmup(
+    registry: Any, target: str | None, jobs: int | None, progress: str, skip_refused: bool
+) -> tuple[Any, list[Any]]:
+    """The build's warmup: its report, and the keys it refused (``skip_refused`` only)."""
+    config = WarmupConfig(
+        target=target,
+        jobs=jobs,
+        monitor="off",
+        progress=progress,
+        on_error="collect" if skip_refused else "raise",
+    )
+    try:
+        # WARMKIT_STORE, _RECORD, _MONITOR ... do not apply to a build, on purpose
+        return warmup(deliberate(config), registry), []
+    except WarmupError as exc:
+        if not skip_refused or exc.report is None:
+            raise
+        if not all(_refusal(e.exception) for e in exc.failures):
+            raise  # every failure is listed, the refused ones included: said once
+        refused = list(exc.failures)
+        logger.warning(
+            "bundle build: %d key(s) left out, their pinned identity cannot be reproduced on "
+            "this host (the serving host will compile them):\n%s",
+            len(refused),
+            "\n".join(f"  - {e.kernel} {e.key!r}: {e.exception}" for e in refused),
+        )
+        return exc.report, refused
+
+
+def _refusal(exc: BaseException | None) -> bool:
+    """Whether ``exc`` (or what it wraps, e.g. a ``PluginError``) is an ``IdentityMismatchError``."""
+    while exc is not None:
+        if isinstance(exc, IdentityMismatchError):
+            return True
+        exc = exc.__cause__ or getattr(exc, "cause", None)
+    return False
 
 
 def _bundle_backends(registry: Any) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -16,6 +16,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import attrs
+
 from .._cache.misses import (
     Entries,
     ExplainsMisses,
@@ -77,7 +79,7 @@ def explain(
     from .._registry.identity import pins_scope
     from .config import WarmupConfig
 
-    registry, target = _registry_and_target(manifest, bundle, target)
+    registry, target, refused = _registry_and_target(manifest, bundle, target)
     out: list[Explanation] = []
     sources: dict[str | None, tuple[Any, Entries, dict[str, Mapping[str, str]]] | None] = {}
     with pins_scope(registry, WarmupConfig(target=target)), target_scope(target):
@@ -103,26 +105,41 @@ def explain(
                     Explanation(backend_name, name, repr(k), "miss", reason, field, there_v, here_v)
                 )
                 continue
-            out.append(explain_key(backend_name, backend, inst, k, target, entries, factors))
+            found = explain_key(backend_name, backend, inst, k, target, entries, factors)
+            why = refused.get((name, repr(k)))
+            if why is not None and found.status != "hit":  # the build said why already
+                found = attrs.evolve(
+                    found,
+                    status="miss",
+                    reason=f"left out of {bundle} at build (--skip-refused): {why}",
+                    factor="refused",
+                )
+            out.append(found)
     return out
 
 
-def _registry_and_target(manifest: Any, bundle: Any, target: str | None) -> tuple[Any, str | None]:
+def _registry_and_target(
+    manifest: Any, bundle: Any, target: str | None
+) -> tuple[Any, str | None, dict[tuple[str, str], str]]:
+    """The keys, the target, and the keys the bundle's build left out (kernel, key) -> why."""
     from .._registry.registry import WarmupRegistry
 
-    if bundle is not None and (manifest is None or target is None):
+    refused: dict[tuple[str, str], str] = {}
+    if bundle is not None:
         from .._cache.bundle import _open
 
         with _open(bundle) as (_tar, meta, _p):
             embedded, bundle_target = meta.get("manifest"), meta.get("target")
+            for r in meta.get("refused") or ():
+                refused[(str(r.get("kernel")), str(r.get("key")))] = str(r.get("reason"))
         target = target if target is not None else bundle_target
         if manifest is None:
             if embedded is None:
                 raise ValueError(f"bundle {bundle} carries no manifest; pass --manifest")
-            return WarmupRegistry.from_dict(embedded, path=bundle), target
+            return WarmupRegistry.from_dict(embedded, path=bundle), target, refused
     if manifest is None:
         raise ValueError("explain needs a manifest, or a bundle that carries one")
-    return WarmupRegistry.load(manifest), target
+    return WarmupRegistry.load(manifest), target, refused
 
 
 def _source(

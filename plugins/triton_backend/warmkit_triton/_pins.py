@@ -35,7 +35,7 @@ import threading
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from warmkit import WarmkitError
+from warmkit import IdentityMismatchError
 
 from . import _triton_api as api
 from ._values import UnreplayableError, _unwrap, decode_value, encode_value
@@ -58,7 +58,7 @@ _pin_lock = threading.RLock()
 _MISSING = object()
 
 
-class PinMismatchError(WarmkitError, RuntimeError):
+class PinMismatchError(IdentityMismatchError):
     """A pinned identity that this host cannot reproduce; the message names what and both values."""
 
 

@@ -346,7 +346,9 @@ class RecordedTritonKernel(TritonKernel):
         problems, changes = differences(jit, pins)
         problems += [c[4] for c in changes]
         if problems:
-            raise RuntimeError(
+            from ._pins import PinMismatchError
+
+            raise PinMismatchError(
                 f"recorded kernel {self.path}: this host would compile another variant than the "
                 f"one recorded: {'; '.join(problems)}. Build it ahead of time (--target) to "
                 "compile the recorded values, or re-record on this host"
