@@ -221,3 +221,27 @@ def test_a_warm_restart_never_starts_nor_waits_for_the_pool(pids, monkeypatch):
     report = _warmup(_registry(blocks), jobs=2)
     assert sorted(e.status for e in report.entries) == ["cached", "cached", "compiled"]
     assert started == [3]
+
+
+def test_a_warm_restart_of_autotuned_keys_never_starts_the_pool(monkeypatch):
+    """An autotuned key has no entry key to probe: unknown is not cold (flash-linear-attention's
+    warm restart started 16 workers for its autotuned keys, ~2.9 s on an H100)."""
+    from ._autotune_kernels import TunedScale
+
+    monkeypatch.setenv("WARMKIT_COMPILE_PROCESSES", "on")
+    started = []
+    inner = _workers.worker_pool
+    monkeypatch.setattr(
+        _workers, "worker_pool", lambda *a, **kw: started.append(a[2]) or inner(*a, **kw)
+    )
+    reg = warmkit.WarmupRegistry()
+    reg.add(TunedScale, dtype=["float32", "float16", "bfloat16"], n=4096)
+    TunedScale.clear_executors()
+    report = _warmup(reg, jobs=2)
+    # cold: the first key compiled here shows the group is cold, and the pool starts for the rest
+    assert [e.status for e in report.entries] == ["compiled"] * 3 and started == [3]
+    TunedScale.clear_executors()  # as a new process: only the disk cache
+    started.clear()
+    report = _warmup(reg, jobs=2)
+    assert [e.status for e in report.entries] == ["cached"] * 3
+    assert started == []

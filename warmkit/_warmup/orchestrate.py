@@ -553,6 +553,8 @@ class _Run:
             )
         if in_worker == "compiled":  # the parent's compile was the worker's cache hit
             status = "compiled"
+        elif status == "compiled" and self._procs is not None:
+            self._procs.saw_compiled()  # a cold key found the hard way: the rest may be cold too
         tuning = reported_tuning(executor)
         return ReportEntry(
             name,
