@@ -314,6 +314,9 @@ def measure(s: Session, lib: str, runs: int) -> dict:
         got["install_s"] = install
         got["first_s"] += install
         rows[ROWS[3]].append(got)
+        # after each round: a call cut short still brings back the rounds that finished
+        partial = {"once": once, "rows": rows, "bundle_build_s": build_s}
+        (s.out / f"{lib}-partial.json").write_text(json.dumps(partial, indent=1))
     if s.py_spy:
         profile(s, lib, replay, wk_cache)
     return {"once": once, "rows": rows, "bundle_build_s": build_s}
