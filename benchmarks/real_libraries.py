@@ -325,14 +325,20 @@ def measure(s: Session, lib: str, runs: int) -> dict:
 def profile(s: Session, lib: str, replay: list[str], wk_cache: Path) -> None:
     """A py-spy profile (every thread, idle included; collapsed stacks) of one warm restart with
     the default jobs and one with jobs=1: where the warmup's time goes beyond Triton's own loads."""
-    for label, env in (("default", {}), ("jobs1", {"WARMKIT_JOBS": "1"})):
+    def spy(label: str) -> list[str]:
         dest = s.out / f"{lib}-profile-{label}.txt"
-        spy = [s.py_spy, "record", "--subprocesses", "--idle", "--threads", "--nonblocking",
-               "--rate", "250", "--format", "raw", "-o", str(dest), "--"]  # fmt: skip
-        try:
-            s.run(lib, [*spy, *replay], wk_cache, f"{lib}-profile-{label}", env)
-        except SystemExit as exc:  # a profile is evidence, not a row: the rows stand without it
-            print(f"real_libraries: profile {label} failed: {exc}", flush=True)
+        return [s.py_spy, "record", "--subprocesses", "--idle", "--threads", "--nonblocking",
+                "--rate", "250", "--format", "raw", "-o", str(dest), "--"]  # fmt: skip
+
+    bundle_cache = s.cache()
+    install = [*s.warmkit, "bundle", "install", f"{lib}.wkb"]
+    try:
+        for label, env in (("default", {}), ("jobs1", {"WARMKIT_JOBS": "1"})):
+            s.run(lib, [*spy(label), *replay], wk_cache, f"{lib}-profile-{label}", env)
+        s.call([*spy("install"), *install], bundle_cache, f"{lib}-profile-install")
+        s.run(lib, [*spy("bundle"), *replay], bundle_cache, f"{lib}-profile-bundle")
+    except SystemExit as exc:  # a profile is evidence, not a row: the rows stand without it
+        print(f"real_libraries: a profile failed: {exc}", flush=True)
 
 
 ROWS = [
