@@ -368,3 +368,31 @@ def test_bundle_check_names_a_key_left_out_at_build(tmp_path: Path) -> None:
     assert rows["BLOCK=32"]["status"] == "hit"
     assert rows["BLOCK=16"]["status"] == "miss" and rows["BLOCK=16"]["factor"] == "refused"
     assert rows["BLOCK=16"]["reason"].startswith(f"left out of {out} at build (--skip-refused): ")
+
+
+def test_a_device_check_of_an_unchanged_identity_uses_tritons_hash_alone(tmp_path: Path) -> None:
+    # Triton's hash covers every pinned input: when it equals the recorded one, the walk of
+    # the pins (0.6 s on fla's 66 keys) is skipped; when it differs, the walk names the global.
+    out = _record_on_the_gpu_host(tmp_path)
+    check = textwrap.dedent(
+        f"""
+        import warmkit, warmkit_triton._record as R
+        def walked(*a, **k):
+            print("WALKED")
+            return _differences(*a, **k)
+        _differences, R.differences = R.differences, walked
+        (entry, *_) = warmkit.read_recorded({str(out)!r})
+        kernel, key = R.recorded_kernel(entry)
+        try:
+            kernel.function_for(key)
+            print("OK")
+        except warmkit.IdentityMismatchError as exc:
+            print("REFUSED", exc)
+        """
+    )
+    same = _run([sys.executable, "-c", check], _env(tmp_path / "c1", **GPU_HOST), tmp_path)
+    assert same.returncode == 0, same.stderr
+    assert same.stdout.split() == ["OK"]
+    other = _run([sys.executable, "-c", check], _env(tmp_path / "c2"), tmp_path)
+    assert other.returncode == 0, other.stderr
+    assert other.stdout.startswith("WALKED\nREFUSED recorded kernel _pinned_kernels:dot_kernel")
