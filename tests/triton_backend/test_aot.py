@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -284,3 +287,34 @@ def test_aot_without_scope_and_fingerprint(triton_cache):
     }
     assert all(isinstance(v, str) for v in fp.values()) and fp["target"] == "cuda:80"
     assert backend.cache_dir() == triton_cache.resolve()
+
+
+_LIBCUDA = """
+int cuInit(unsigned f) { return 0; }
+int cuDeviceGetCount(int *c) { *c = COUNT; return 0; }
+int cuDeviceGet(int *d, int ordinal) { *d = ordinal; return 0; }
+int cuDeviceGetAttribute(int *v, int attr, int dev) { *v = attr == 75 ? 8 : 9; return 0; }
+"""
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc to build a libcuda stand-in")
+@pytest.mark.parametrize("count", [1, 0])
+def test_the_device_target_comes_from_libcuda_without_importing_torch(tmp_path, count):
+    # A stand-in libcuda.so.1 (the real one is the GPU host's; test_gpu.py checks it against
+    # Triton's driver there): capability 8.9 names cuda:89, and nothing imports torch for it.
+    # With no device, Triton's driver decides (here: no GPU, so no target).
+    src = tmp_path / "libcuda.c"
+    src.write_text(_LIBCUDA.replace("COUNT", str(count)))
+    subprocess.run(
+        ["gcc", "-shared", "-fPIC", "-o", str(tmp_path / "libcuda.so.1"), str(src)], check=True
+    )
+    code = (
+        "import sys; from warmkit_triton import _compiler as c; "
+        "print(c.device_target(), 'torch' in sys.modules)"
+    )
+    env = dict(os.environ, LD_LIBRARY_PATH=str(tmp_path))
+    env.pop("TRITON_INTERPRET", None)
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    )
+    assert out.stdout.split() == (["cuda:89", "False"] if count else ["None", "True"])

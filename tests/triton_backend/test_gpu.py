@@ -147,3 +147,16 @@ def test_cpu_built_bundle_install_builds_the_launchers_so_warmup_builds_none(tmp
     assert set(warm["statuses"]) == {"cached"}
     # the device warmup found every launcher (and cuda_utils) built: gcc did not run
     assert sorted(str(p.relative_to(cache)) for p in cache.rglob("*.so")) == modules
+
+
+def test_the_device_target_from_libcuda_is_tritons():
+    # bundle install names the target without importing torch (libcuda); it must be the one
+    # Triton's driver reports, or every install would be refused (or accepted) wrongly.
+    from warmkit_triton import _compiler
+    from warmkit_triton._aot import real_driver
+
+    target = real_driver().get_current_target()
+    assert _compiler._cuda_capability() == target.arch and target.backend == "cuda"
+    code = "import sys; from warmkit_triton import _compiler as c; print(c.device_target(), 'torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == [f"cuda:{target.arch}", "False"]
