@@ -9,14 +9,9 @@ import time
 import pytest
 
 import warmkit
-from warmkit._cache.stores.base import (
-    DirectoryStore,
-    RedisStore,
-    StoredEntry,
-    entry_meta,
-    open_store,
-    verify_entry,
-)
+from warmkit._cache.stores.base import StoredEntry, entry_meta, open_store, verify_entry
+from warmkit._cache.stores.directory_store import DirectoryStore
+from warmkit._cache.stores.redis_store import RedisStore
 
 FILES = {"k.cubin": b"\x7fELF" + bytes(range(256)) * 4, "k.json": b'{"name": "k"}'}
 

@@ -17,13 +17,13 @@ import warmkit
 from warmkit._cache.fleet import Fleet
 from warmkit._cache.stores.base import (
     SIGNATURE,
-    DirectoryStore,
     StoredEntry,
     entry_meta,
     open_store,
     signed_bytes,
     verify_entry,
 )
+from warmkit._cache.stores.directory_store import DirectoryStore
 
 pytest.importorskip("cryptography")
 
