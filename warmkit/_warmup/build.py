@@ -93,26 +93,8 @@ def build_bundle(
             for cls in classes.values():
                 cls.clear_executors()  # in-memory executors would skip the cache
             report, refused = _build_warmup(registry, target, jobs, progress, skip_refused)
-        kernels: dict[str, list[str]] = {}
-        for e in report.entries:
-            if e.status != "failed":
-                kernels.setdefault(e.kernel, []).append(repr(e.key))
-        meta: dict[str, Any] = {
-            "format": BUNDLE_FORMAT,
-            "version": BUNDLE_VERSION,
-            "warmkit_version": __version__,
-            "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-            "target": target,
-            "kernels": kernels,
-            "manifest": registry.to_dict(),
-            "warmup_seconds": round(report.seconds, 3),
-            "backends": {},
-        }
-        if skip_refused:
-            meta["refused"] = [
-                {"kernel": e.kernel, "key": repr(e.key), "reason": str(e.exception)}
-                for e in refused
-            ]
+        meta = _metadata(registry, target, report, refused if skip_refused else None)
+        kernels = meta["kernels"]
         files: list[tuple[str, Path]] = []
         for b, backend in backends.items():
             entries = _pack_entries(b, backend, roots[b], out, files)
@@ -137,6 +119,33 @@ def build_bundle(
         len(files),
         target or "this device",
     )
+    return meta
+
+
+def _metadata(
+    registry: Any, target: str | None, report: Any, refused: list[Any] | None
+) -> dict[str, Any]:
+    """The bundle's metadata before its backends' entries: the keys built, and those left out."""
+    kernels: dict[str, list[str]] = {}
+    for e in report.entries:
+        if e.status != "failed":
+            kernels.setdefault(e.kernel, []).append(repr(e.key))
+    meta: dict[str, Any] = {
+        "format": BUNDLE_FORMAT,
+        "version": BUNDLE_VERSION,
+        "warmkit_version": __version__,
+        "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "target": target,
+        "kernels": kernels,
+        "manifest": registry.to_dict(),
+        "warmup_seconds": round(report.seconds, 3),
+        "backends": {},
+    }
+    if refused is not None:  # skip_refused: listed even when empty, so "none" is said
+        meta["refused"] = [
+            {"kernel": e.kernel, "key": repr(e.key), "reason": str(e.exception)}
+            for e in refused
+        ]
     return meta
 
 
