@@ -119,3 +119,26 @@ def test_gen_refuses_a_host_without_cuda_and_says_where_to_run_it(tmp_path: Path
         "host (examples/real_model/README.md). On a CPU host, examples/real_model/record_cpu.py "
         "records the same model's kernels."
     )
+
+
+def test_the_h100_recording_builds_under_its_triton_and_is_refused_under_another(tmp_path) -> None:
+    # run_h100.json: the same model recorded on an H100 (Triton 3.6), with pinned identity.
+    # Under Triton 3.6 it builds every key for cuda:90; under another Triton the build refuses,
+    # naming the function of Triton's own library whose source differs (never another variant).
+    import triton
+
+    gpu = ROOT / "examples" / "real_model" / "run_h100.json"
+    recorded = list(warmkit.read_recorded(gpu))
+    assert {e.name for e in recorded} == LIGER_KERNELS
+    assert {e.spec["triton"] for e in recorded} == {"3.6.0"}
+    (tmp_path / "no-hf").mkdir()
+    wkb = tmp_path / "h100.wkb"
+    args = ["bundle", "build", str(gpu), "--target", TARGET, "-o", str(wkb), "--json"]
+    proc = _warmkit(args, tmp_path / "cache", tmp_path)
+    if triton.__version__ == "3.6.0":
+        assert proc.returncode == 0, proc.stderr
+        assert json.loads(proc.stdout)["keys"] == len(recorded)
+    else:
+        assert proc.returncode == 1 and not wkb.exists()
+        assert "the pinned identity cannot be reproduced on this host: function " in proc.stderr
+        assert "triton.language.standard:" in proc.stderr

@@ -7,9 +7,9 @@ disk: ``docs/performance.md``). A warm key is loaded here; the pool
 only at the first key known cold. So a warm restart never starts, nor waits
 for, a pool.
 
-A key whose entry the backend cannot name without compiling (a Triton
-autotuned stack: one entry per config, plus its tuned result) is no evidence
-either way: it is compiled in this process, and only if that compile turns
+A key whose entry a backend that names entries (``FleetCapable``) cannot name
+without compiling (a Triton autotuned stack: one entry per config, plus its
+tuned result) is no evidence either way: it is compiled in this process, and only if that compile turns
 out cold (``saw_compiled``) does the pool start, for the keys still to come.
 Starting the pool at such a key cost flash-linear-attention's warm restart
 (66 keys, most autotuned) about 2.9 s on an H100: 16 processes importing
@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import threading
 from typing import Any
+
+from .._plugin.contract import FleetCapable
 
 __all__ = ["ColdPool"]
 
@@ -63,7 +65,10 @@ class ColdPool:
             with self._lock:
                 self._here.add(id(item))
             return (ek, files), None
-        if ek is None:  # unknown, not cold: compiled here unless a pool already runs
+        if ek is None and isinstance(self._backend, FleetCapable):
+            # This backend names its entries, but not this key's (an autotuned stack): unknown,
+            # not cold, so compiled here unless a pool already runs. A backend that names none
+            # (no FleetCapable) tells nothing warm apart: its first key starts the pool.
             with self._lock:
                 procs = self._procs
                 if procs is None:
