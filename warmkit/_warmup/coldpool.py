@@ -9,8 +9,9 @@ for, a pool.
 
 A key whose entry a backend that names entries (``FleetCapable``) cannot name
 without compiling (a Triton autotuned stack: one entry per config, plus its
-tuned result) is no evidence either way: it is compiled in this process, and only if that compile turns
-out cold (``saw_compiled``) does the pool start, for the keys still to come.
+tuned result) is no evidence either way: it is compiled in this process, and
+only if that compile turns out cold (``saw_compiled``) does the pool start,
+for the keys still to come.
 Starting the pool at such a key cost flash-linear-attention's warm restart
 (66 keys, most autotuned) about 2.9 s on an H100: 16 processes importing
 torch beside the loads.
