@@ -406,6 +406,9 @@ def test_truncated_archive_is_refused(site, bundle, tmp_path):
         (lambda d: d.pop("backends"), "not a warmkit bundle"),
         (lambda d: next(iter(d["backends"].values())).pop("fingerprint"), "malformed"),
         (lambda d: next(iter(d["backends"].values()))["entries"][0].pop("sha256"), "malformed"),
+        (lambda d: d.update(refused="all"), "'refused' .* must be a list"),
+        (lambda d: d.update(refused=[{"kernel": "k", "key": "x"}]), "'refused' .* must be a list"),
+        (lambda d: d.update(refused=[{"kernel": 1, "key": "x", "reason": "r"}]), "'refused'"),
     ],
 )
 def test_bad_bundle_json_is_refused(site, bundle, tmp_path, edit, message):

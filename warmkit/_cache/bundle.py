@@ -103,6 +103,16 @@ def _read_meta(tar: tarfile.TarFile, path: Path) -> dict[str, Any]:
                 path=path,
                 backend=name,
             )
+    refused = meta.get("refused", [])
+    if not isinstance(refused, list) or not all(
+        isinstance(r, dict) and all(isinstance(r.get(f), str) for f in ("kernel", "key", "reason"))
+        for r in refused
+    ):
+        raise BundleError(
+            "bundle.json is malformed: 'refused' (the keys a --skip-refused build left out) must "
+            "be a list of {kernel, key, reason} strings; rebuild the bundle",
+            path=path,
+        )
     if meta.get("version") != BUNDLE_VERSION:
         raise BundleError(
             f"bundle version {meta.get('version')!r} is not supported (this warmkit reads "

@@ -130,8 +130,8 @@ def _registry_and_target(
 
         with _open(bundle) as (_tar, meta, _p):
             embedded, bundle_target = meta.get("manifest"), meta.get("target")
-            for r in meta.get("refused") or ():
-                refused[(str(r.get("kernel")), str(r.get("key")))] = str(r.get("reason"))
+            # checked by _open: a list of {kernel, key, reason} strings
+            refused = {(r["kernel"], r["key"]): r["reason"] for r in meta.get("refused", [])}
         target = target if target is not None else bundle_target
         if manifest is None:
             if embedded is None:
