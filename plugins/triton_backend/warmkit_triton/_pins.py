@@ -189,9 +189,10 @@ def pinned(kernel: str, fn: Any, pins: Mapping[str, Any]) -> Iterator[list[str]]
                 + ". Refusing to build another variant than the one pinned: build where the "
                 "pinned values hold, or save/record the manifest again"
             )
+        signature = _signature(pins)
         if not changes:
             settle(jit)
-        elif _compiled_under.get(jit) != _signature(pins):
+        elif _compiled_under.get(jit) != signature:
             # What is in memory was compiled under other values (this host's, or other
             # pins): a launch walk must not hit it. Under these same pins it stays, so the
             # entry a probe just loaded is still there for the compile that follows.
@@ -220,7 +221,7 @@ def pinned(kernel: str, fn: Any, pins: Mapping[str, Any]) -> Iterator[list[str]]
             api.restore_identity(saved)
             # What it compiled stays in memory (a replay checks Triton's key there): the next
             # compile of the function that is not pinned the same way drops it first.
-            _compiled_under[jit] = _signature(pins)
+            _compiled_under[jit] = signature
     finally:
         _pin_lock.release()
 

@@ -43,7 +43,7 @@ import attrs
 
 from . import _triton_api as api
 from ._kernel import TritonKernel
-from ._pins import differences, pins_of
+from ._pins import PinMismatchError, differences, pins_of
 from ._specialize import _rep_of_class
 from ._tensor import WarmupTensor
 from ._values import (
@@ -357,8 +357,6 @@ class RecordedTritonKernel(TritonKernel):
         problems, changes = differences(jit, pins)
         problems += [c[4] for c in changes]
         if problems:
-            from ._pins import PinMismatchError
-
             raise PinMismatchError(
                 f"recorded kernel {self.path}: this host would compile another variant than the "
                 f"one recorded: {'; '.join(problems)}. Build it ahead of time (--target) to "
