@@ -134,7 +134,7 @@ elif [ "${1:-}" = fleet ]; then
         --out "$RES/b9_redis.json"
 elif [ "${1:-}" = real_libraries ]; then
     # PROFILE=1: also a py-spy profile of a warm restart per jobs setting (py-spy's wheel in .whl/);
-    # RUNS=0 PROFILE=1: the profiles alone. RECORDINGS=DIR: replay DIR/<lib>_run.json, no record.
+    # RUNS=0 PROFILE=1: the profiles alone. RECORDINGS=DIR: replay DIR/<lib>_run.json (recorded if absent).
     TAIL=40 step real_libraries 590 python3 benchmarks/real_libraries.py --runs "${RUNS:-5}" \
         --libs "${LIBS:-fla,liger}" --out "$RES/real_libraries" \
         ${PROFILE:+--profile /tmp/site/bin/py-spy} ${RECORDINGS:+--recordings "$RECORDINGS"}

@@ -287,7 +287,7 @@ def measure(s: Session, lib: str, runs: int) -> dict:
     base_cache, wk_cache = s.cache(), s.cache()
     once = {"triton alone, empty cache": s.run(lib, [], base_cache, f"{lib}-cold")}
     recording = f"{lib}_run.json"
-    if s.recordings is None:
+    if s.recordings is None or not (s.recordings / recording).is_file():
         once["warmkit record, empty cache"] = s.run(
             lib, [*s.warmkit, "record", "-o", recording, "--"], s.cache(), f"{lib}-record"
         )
@@ -325,6 +325,7 @@ def measure(s: Session, lib: str, runs: int) -> dict:
 def profile(s: Session, lib: str, replay: list[str], wk_cache: Path) -> None:
     """A py-spy profile (every thread, idle included; collapsed stacks) of one warm restart with
     the default jobs and one with jobs=1: where the warmup's time goes beyond Triton's own loads."""
+
     def spy(label: str) -> list[str]:
         dest = s.out / f"{lib}-profile-{label}.txt"
         return [s.py_spy, "record", "--subprocesses", "--idle", "--threads", "--nonblocking",

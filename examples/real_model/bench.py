@@ -53,6 +53,7 @@ class Bench:
         self.workload = gen
         self.scratch = Path(tempfile.mkdtemp(prefix="real-model-"))
         self.failures: list[str] = []
+        self.py_spy: str | None = None
         self._n = 0
 
     def cache(self) -> Path:
@@ -149,6 +150,11 @@ def measure(
         install_s.append(b.wk("bundle", "install", "model.wkb", cache=cache))
         bundled.append(b.gen(replay, cache, f"bundle-{i}"))
     rows.append(("bundle installed into an empty cache, `warmkit run`", bundled))
+    if b.py_spy:  # evidence, not rows: where `warmkit run`'s time goes beyond the plain warm run's
+        for label, prefix in (("profile-warm", []), ("profile-run", replay)):
+            spy = [b.py_spy, "record", "--subprocesses", "--idle", "--threads", "--nonblocking",
+                   "--rate", "250", "--format", "raw", "-o", str(b.out / f"{label}.txt"), "--"]  # fmt: skip
+            b.gen([*spy, *prefix], warm, label)
     return [r for r in rows if r[1]], {"bundle_build_s": build_s, "bundle_install_s": install_s}
 
 
@@ -250,10 +256,16 @@ def main() -> None:
         "--manifest", type=Path,
         help="an earlier recording to replay (e.g. the committed run.json): nothing is recorded",
     )  # fmt: skip
+    p.add_argument(
+        "--profile", metavar="PY_SPY",
+        help="py-spy's path: also profile one warm run with and one without warmkit "
+        "(profile-run.txt, profile-warm.txt: collapsed stacks)",
+    )  # fmt: skip
     a = p.parse_args()
     a.out = a.out.resolve()
     a.out.mkdir(parents=True, exist_ok=True)
     b = Bench(a.out, shlex.split(a.warmkit), shlex.split(a.gen))
+    b.py_spy = a.profile
     other = a.runs if a.other_runs is None else a.other_runs
     rows, extra = measure(b, a.runs, other, a.manifest.resolve() if a.manifest else None)
     check(b, rows)

@@ -24,7 +24,9 @@ if [ -d .whl ]; then
 fi
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 python3 -c "import sys, torch, triton, transformers, liger_kernel; print('python', sys.version.split()[0], 'torch', torch.__version__, 'triton', triton.__version__, 'transformers', transformers.__version__)" || exit 1
-python3 examples/real_model/bench.py --runs "${1:-5}" --out "$OUT/real_model"
+# PROFILE=1: also py-spy profiles of one warm run with and without warmkit (py-spy's wheel in .whl/)
+python3 examples/real_model/bench.py --runs "${1:-5}" --out "$OUT/real_model" \
+    ${PROFILE:+--profile /tmp/site/bin/py-spy} ${MANIFEST:+--manifest "$MANIFEST"} ${OTHER_RUNS:+--other-runs "$OTHER_RUNS"}
 rc=$?
 rm -f "$OUT"/real_model/rec-[1-9]*.json  # the first recording is run.json; the rest only timed
 exit $rc
