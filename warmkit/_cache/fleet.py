@@ -49,6 +49,8 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+import attrs
+
 from .. import _envs
 from .._exceptions import (
     BundleError,
@@ -104,6 +106,24 @@ def _supports_entries(backend: Any) -> bool:
 
 def _read_files(files: Mapping[str, Path]) -> dict[str, bytes]:
     return {name: Path(p).read_bytes() for name, p in files.items()}
+
+
+@attrs.frozen
+class _Job:
+    """One key on its way through the fleet: what each step of :meth:`Fleet.compile` names."""
+
+    backend: Any
+    kernel: Any
+    key: Any
+    target: str | None
+    name: str
+    ek: str
+    store_key: str
+
+    def compile(self) -> tuple[Any, bool]:
+        """The backend's own compile (a load when the entry is there); ``(executor, cache hit)``."""
+        executor, cached = self.kernel._warmkit_compile(self.key, self.target)
+        return executor, cached or reports_cache_hit(executor)
 
 
 class Fleet:
@@ -356,13 +376,10 @@ class Fleet:
                 )
             return executor, "cached" if hit else "compiled"
 
-        def plain() -> tuple[Any, bool]:
-            executor, cached = kernel._warmkit_compile(key, target)
-            return executor, cached or reports_cache_hit(executor)
-
         name = type(kernel).name
+        job = _Job(backend, kernel, key, target, name, ek, f"{backend.name}/{ek}")
         if (backend.entry_files(ek) if files is _ASK else files) is not None:
-            return self._load(plain, "cached", name, key, ek)
+            return self._load(job, "cached")
         if self.read_only:
             raise CacheMissError(
                 f"read-only serving: kernel {name!r} key {key!r} (entry {ek}) is not in the cache "
@@ -373,13 +390,12 @@ class Fleet:
                 directory=str(backend.cache_dir()),
                 reason=miss_reason(backend, kernel, key, target),
             )
-        store_key = f"{backend.name}/{ek}"
         with self._host_lock(backend, ek, name, key) as waited:
             if waited and backend.entry_files(ek) is not None:
-                return self._load(plain, "waited", name, key, ek)
+                return self._load(job, "waited")
             if self.store is None:
-                return self._produce(plain, backend, ek, store_key, name, key, target, None)
-            return self._through_store(plain, backend, ek, store_key, name, key, target)
+                return self._produce(job, None)
+            return self._through_store(job)
 
     def entry_key(self, backend: Any, kernel: Any, key: Any, target: str | None) -> str | None:
         """The backend's entry key for ``key`` (None: unknown, or nothing to load); see :meth:`compile`.
@@ -427,14 +443,18 @@ class Fleet:
             ) from exc
         self._checked_dirs.add(directory)
 
-    def _load(
-        self, plain: Callable[[], tuple[Any, bool]], status: str, name: str, key: Any, ek: str
-    ) -> tuple[Any, str]:
-        executor, hit = plain()
+    @staticmethod
+    def _load(job: _Job, status: str) -> tuple[Any, str]:
+        executor, hit = job.compile()
         if not hit:
             # The entry vanished or did not match after all (e.g. pruned meanwhile): it was
             # compiled here, and the report must say so.
-            logger.info("kernel %s key %r: entry %s was not a cache hit; compiled", name, key, ek)
+            logger.info(
+                "kernel %s key %r: entry %s was not a cache hit; compiled",
+                job.name,
+                job.key,
+                job.ek,
+            )
             return executor, "compiled"
         return executor, status
 
@@ -467,24 +487,16 @@ class Fleet:
         finally:
             lock.release()
 
-    def _through_store(
-        self,
-        plain: Callable[[], tuple[Any, bool]],
-        backend: Any,
-        ek: str,
-        store_key: str,
-        name: str,
-        key: Any,
-        target: str | None,
-    ) -> tuple[Any, str]:
+    def _through_store(self, job: _Job) -> tuple[Any, str]:
+        backend, ek, store_key, target = job.backend, job.ek, job.store_key, job.target
         deadline = time.monotonic() + self.wait_seconds
         pause = 0.02
         while True:
             if self._install(backend, ek, store_key, target):
-                return self._load(plain, "fetched", name, key, ek)
+                return self._load(job, "fetched")
             if self.store_required and store_key in self.refused:
                 raise StoreError(
-                    f"entry {store_key} of kernel {name!r} key {key!r} was refused "
+                    f"entry {store_key} of kernel {job.name!r} key {job.key!r} was refused "
                     f"({self.refused[store_key]}) and deleted; with store_required "
                     "(WARMKIT_STORE_REQUIRED) it is not compiled here. Warm up again: the next "
                     "publisher replaces it",
@@ -492,60 +504,50 @@ class Fleet:
                     key=store_key,
                 )
             if self.store is None:  # went away: compile locally
-                return self._produce(plain, backend, ek, store_key, name, key, target, None)
+                return self._produce(job, None)
             lease = self._call(lambda: self.store.acquire(store_key, self.lease_seconds))  # type: ignore[union-attr]
             if lease is not None:
                 # Published between our fetch and our lease?
                 if self._install(backend, ek, store_key, target):
                     self._call(lease.release)
-                    return self._load(plain, "fetched", name, key, ek)
-                return self._produce(plain, backend, ek, store_key, name, key, target, lease)
+                    return self._load(job, "fetched")
+                return self._produce(job, lease)
             if time.monotonic() > deadline:
                 logger.warning(
                     "kernel %s key %r: waited %.0fs (WARMKIT_WAIT_SECONDS) for the process "
                     "holding the lease on %s; compiling it here",
-                    name,
-                    key,
+                    job.name,
+                    job.key,
                     self.wait_seconds,
                     store_key,
                 )
-                return self._produce(plain, backend, ek, store_key, name, key, target, None)
+                return self._produce(job, None)
             time.sleep(pause)
             pause = min(pause * 1.5, 0.25)
 
-    def _produce(
-        self,
-        plain: Callable[[], tuple[Any, bool]],
-        backend: Any,
-        ek: str,
-        store_key: str,
-        name: str,
-        key: Any,
-        target: str | None,
-        lease: Lease | None,
-    ) -> tuple[Any, str]:
+    def _produce(self, job: _Job, lease: Lease | None) -> tuple[Any, str]:
         if lease is not None:
             self._hold(lease)
         try:
-            executor, hit = plain()
+            executor, hit = job.compile()
             if self.store is not None:
-                files = backend.entry_files(ek)
+                files = job.backend.entry_files(job.ek)
                 if files is None:
                     logger.warning(
                         "kernel %s key %r: no complete local entry %s after compiling; not "
                         "published",
-                        name,
-                        key,
-                        ek,
+                        job.name,
+                        job.key,
+                        job.ek,
                     )
                 else:
                     self.publish(
-                        store_key,
+                        job.store_key,
                         _read_files(files),
-                        kernel=name,
-                        warmkit_key=repr(key),
-                        target=target,
-                        fingerprint=backend.cache_fingerprint(target),
+                        kernel=job.name,
+                        warmkit_key=repr(job.key),
+                        target=job.target,
+                        fingerprint=job.backend.cache_fingerprint(job.target),
                     )
         finally:
             if lease is not None:

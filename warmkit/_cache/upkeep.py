@@ -49,15 +49,20 @@ _AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$", re.IGNORECASE)
 _AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
 
+def _match(pattern: re.Pattern[str], text: str, what: str, such_as: str) -> re.Match[str]:
+    m = pattern.match(text)
+    if m is None:
+        raise ValueError(f"{what} {text!r} is not {such_as}")
+    return m
+
+
 def parse_size(text: str) -> int:
     """``"500M"``, ``"2G"``, ``"1.5GiB"``, ``"4096"`` -> bytes (powers of 1024).
 
     Raises:
         ValueError: anything else, naming the text.
     """
-    m = _SIZE.match(text)
-    if m is None:
-        raise ValueError(f"size {text!r} is not a size such as 4096, 500M, 2G or 1.5GiB")
+    m = _match(_SIZE, text, "size", "a size such as 4096, 500M, 2G or 1.5GiB")
     unit = (m.group(2) or "b").lower().rstrip("b").rstrip("i")
     return int(float(m.group(1)) * 1024 ** "_kmgt".index(unit or "_"))
 
@@ -68,9 +73,7 @@ def parse_age(text: str) -> float:
     Raises:
         ValueError: anything else, naming the text.
     """
-    m = _AGE.match(text)
-    if m is None:
-        raise ValueError(f"age {text!r} is not an age such as 90s, 30m, 12h, 7d or 2w")
+    m = _match(_AGE, text, "age", "an age such as 90s, 30m, 12h, 7d or 2w")
     return float(m.group(1)) * _AGE_UNITS[m.group(2).lower()]
 
 
