@@ -57,7 +57,8 @@ def test_slow_items_overlap_up_to_workers():
     assert time.perf_counter() - t0 < 0.5  # ~0.2 s in two waves, not 0.6 s one by one
 
 
-def test_cheap_items_all_run_once_on_one_thread():
+def _cheap_items_once() -> tuple[int, int]:
+    """2000 cheap items on up to 4 workers: (threads that ran items, most threads alive)."""
     calls = Calls()
     threads = set()
     started = []
@@ -74,10 +75,21 @@ def test_cheap_items_all_run_once_on_one_thread():
     run(list(range(2000)), fn, workers=4, timeout=None, **calls.kwargs())
     assert sorted(calls.done) == [(i, i) for i in range(2000)]
     assert not calls.unrun and not calls.timed_out
-    # no second thread was started for items that never ran SPILL_SECONDS (each would
-    # only wake up to find nothing it may take)
-    assert len(threads) == 1 and threading.get_ident() not in threads
-    assert max(started) == 1
+    assert threading.get_ident() not in threads
+    return len(threads), max(started)
+
+
+def test_cheap_items_all_run_once_on_one_thread():
+    # No second thread is started for items that never run SPILL_SECONDS (each would only
+    # wake up to find nothing it may take). A loaded host may pause the thread for longer than
+    # that mid-item, and then a second thread is what the rule says: so one of three tries must
+    # show a single thread. A runner that spills cheap items fails all three.
+    tries = []
+    for _ in range(3):
+        tries.append(_cheap_items_once())
+        if tries[-1] == (1, 1):
+            break
+    assert tries[-1] == (1, 1), f"(threads that ran items, threads alive) per try: {tries}"
 
 
 def test_on_done_true_stops_further_items():
