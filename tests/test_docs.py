@@ -48,3 +48,28 @@ def test_python_blocks_run(page, tmp_path):
         check=False,
     )
     assert proc.returncode == 0, f"{page.name}:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
+
+
+def test_adopting_level_2_follows_the_operators_target(tmp_path):
+    """The guide's level-2 function passes a target to ``from_env`` only when its caller chose
+    one, so an operator's ``WARMKIT_TARGET`` applies (it was overridden by ``target=None``)."""
+    script = tmp_path / "doc_adopting.py"
+    script.write_text(program(ROOT / "docs" / "adopting.md"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WARMKIT_")}
+    env["TRITON_CACHE_DIR"] = str(tmp_path / "triton-cache")
+    check = (
+        "import os, doc_adopting as d\n"
+        "os.environ['WARMKIT_TARGET'] = 'cuda:90'\n"
+        "r = d.warm_from_manifest(d.manifest)\n"
+        "assert r.ok and r.target == 'cuda:90' and r.monitor == 'off', (r.target, r.monitor)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", check],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert proc.returncode == 0, f"{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
