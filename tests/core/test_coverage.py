@@ -61,8 +61,11 @@ def test_a_declared_space_covers_the_keys_it_declares_and_names_the_missed_key(
     (missed,) = data["missed"]
     assert missed["kernel"] == _kernels.PyKernel.name and missed["kind"] == "key"
     assert missed["spec"] == {"key": {"n": 7, "flag": True}}
+    # explained against the nearest declared key, field by field
+    assert missed["variants"] == ["flag: true (declared false)", "n: 7 (declared 1, 2, 3)"]
     code, out = cli(capsys, "coverage", str(deploy), "--recorded", str(run_manifest))
     assert code == 1 and "coverage: 1 of 2" in out and "MISSED" in out and "'n': 7" in out
+    assert "    missed variant: n: 7 (declared 1, 2, 3)" in out.splitlines()
 
 
 def test_the_widened_space_or_the_run_itself_covers_the_whole_run(tmp_path, capsys, run_manifest):

@@ -193,6 +193,25 @@ def _nearest(run: Mapping[str, Any], declared: Iterable[Mapping[str, Any]]) -> l
     return best or []
 
 
+def _nearest_key(run: Any, declared: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The fields in which ``run``'s key differs from the nearest declared key (the one with the
+    fewest differing fields), each with the values the manifest declares for it."""
+    if not isinstance(run, Mapping):
+        return []
+    best: list[str] | None = None
+    for d in declared:
+        diff = sorted(f for f in run.keys() | d.keys() if run.get(f) != d.get(f))
+        if best is None or len(diff) < len(best):
+            best = diff
+    out = []
+    for field in best or []:
+        values = list(dict.fromkeys(json.dumps(d.get(field), sort_keys=True) for d in declared))
+        out.append(
+            f"{field}: {json.dumps(run.get(field), sort_keys=True)} (declared {', '.join(values)})"
+        )
+    return out
+
+
 def coverage(
     registry: Any, run: Iterable[RecordedEntry], *, target: str | None = None
 ) -> CoverageReport:
@@ -218,6 +237,7 @@ def coverage(
     have = {_ident(e) for e in registry.recorded()}
     declared_raw: dict[str, list[dict[str, Any]]] = {}
     declared_keys: set[str] = set()
+    declared_fields: dict[str, list[dict[str, Any]]] = {}  # per kernel: its declared keys' fields
     declared_tuned: set[str] = set()
     for name, (kernel, keys) in resolved.items():
         cls = type(kernel)
@@ -228,6 +248,7 @@ def coverage(
             except TypeError:
                 continue
             declared_keys.add(json.dumps([cls.backend, "key", ref, fields], sort_keys=True))
+            declared_fields.setdefault(ref, []).append(fields)
         if cls.backend is None:
             continue
         backend = get_backend(cls.backend, kernel=name)
@@ -251,5 +272,7 @@ def coverage(
         variants: list[str] = []
         if entry.kind == "raw" and entry.kernel in declared_raw:
             variants = _nearest(entry.spec, declared_raw[entry.kernel])
+        elif entry.kind == "key" and entry.kernel in declared_fields:
+            variants = _nearest_key(entry.spec.get("key"), declared_fields[entry.kernel])
         missed.append(Missed(entry, tuple(variants)))
     return CoverageReport(len(entries), len(entries) - len(missed), tuple(missed))
