@@ -68,3 +68,24 @@ def test_a_process_the_command_spawns_is_warmed_up_before_its_target(tmp_path: P
     assert "child ran" in proc.stdout
     # the command's process and its child; not multiprocessing's resource tracker
     assert proc.stderr.count(WARMED) == 2, proc.stderr
+
+
+def test_a_plugins_warning_reaches_stderr_when_the_command_configured_logging() -> None:
+    """The hook gives the plugins' loggers (``warmkit_triton``...) warmkit's handler: a library of
+    the command that configured the root logger (here at ERROR) no longer swallows them."""
+    code = (
+        "import logging, sys\n"
+        "logging.basicConfig(level=logging.ERROR, stream=sys.stdout)\n"
+        "from warmkit._cli.startup import _configure_logging\n"
+        "_configure_logging()\n"
+        "logging.getLogger('warmkit_triton._record').warning('winner measured on another GPU')\n"
+        "logging.getLogger('warmkit_triton._record').info('not news')\n"
+        "logging.getLogger('warmkit._warmup').warning('core warning')\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert proc.stderr.splitlines() == [
+        "warmkit: WARNING winner measured on another GPU",
+        "warmkit: WARNING core warning",
+    ]

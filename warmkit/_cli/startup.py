@@ -71,15 +71,35 @@ def _chain(hook_file: str) -> None:
 
 
 def _configure_logging() -> None:
-    log = logging.getLogger("warmkit")
-    if not any(isinstance(h, logging.StreamHandler) for h in log.handlers):
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("warmkit: %(levelname)s %(message)s"))
-        handler.addFilter(not_in_report)  # a failed warmup's table is printed: said once
-        log.addHandler(handler)
-        log.setLevel(logging.WARNING)
-        # Except this module's own lines: `warmkit run`'s one success line is news, not a warning.
-        logger.setLevel(logging.INFO)
+    """warmkit's and its plugins' warnings to stderr, in a process whose logging is its own.
+
+    The plugins log under their own packages (``warmkit_triton``...), not under
+    ``warmkit``: without a handler of theirs, a plugin's warning (a recorded
+    autotune winner measured on another GPU model) was lost when a library of
+    the command had configured the root logger its own way.
+    """
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("warmkit: %(levelname)s %(message)s"))
+    handler.addFilter(not_in_report)  # a failed warmup's table is printed: said once
+    for name in ("warmkit", *_plugin_packages()):
+        log = logging.getLogger(name)
+        if not any(isinstance(h, logging.StreamHandler) for h in log.handlers):
+            log.addHandler(handler)
+            log.setLevel(logging.WARNING)
+    # Except this module's own lines: `warmkit run`'s one success line is news, not a warning.
+    logger.setLevel(logging.INFO)
+
+
+def _plugin_packages() -> list[str]:
+    """The top-level packages of the installed backends and kernel packages (their loggers)."""
+    from .._plugin.discovery import discover
+
+    names = {
+        info.value.split(":")[0].split(".")[0]
+        for group in ("warmkit.backends", "warmkit.kernels")
+        for info in discover(group)
+    }
+    return sorted(names - {"warmkit"})
 
 
 def main(hook_file: str | None = None) -> None:
