@@ -145,6 +145,13 @@ def _defer_to_bootstrap() -> None:
 
 
 def _act() -> None:
+    from .._plugin.discovery import one_scan
+
+    with one_scan():  # the loggers', the manifest's and the warmup's lookups share one scan
+        _act_scanned()
+
+
+def _act_scanned() -> None:
     from .. import monitor
     from .._registry.recorded import start_recording
 
