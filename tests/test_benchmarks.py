@@ -28,6 +28,7 @@ SCRIPTS = [
     "fleet.py",
     "warm_key.py",
     "fault_matrix.py",
+    "tilelang_hit.py",
 ]
 #: not benchmarks: shared helpers and workloads (synthetic_kernels.py has its own check below);
 #: identity_gpu.py is the lead's H200 proof of pinned identity (needs CUDA and fla-core);
