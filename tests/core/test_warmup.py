@@ -7,6 +7,7 @@ import json
 import logging
 import sys
 import threading
+import time
 import weakref
 from typing import ClassVar
 
@@ -461,6 +462,34 @@ def test_backend_parallelism_caps_the_workers(fake_backend):
     assert statuses(report) == ["compiled"] * 6
     assert peak[0] == 2
     assert FakeBackend.scopes == [(None, 2)]
+
+
+def test_cache_hits_run_one_at_a_time_and_a_cold_compile_overlaps_again(fake_backend):
+    """Once a key came back a cache hit, the next keys run one at a time (Python-bound hits only
+    fight over the GIL on two threads); once a cold compile finishes, slow keys overlap again."""
+    FakeBackend.par = 4
+    cached = {ScaleKernel.CompileKey(n, "float16") for n in (1, 2, 4, 8, 16)}
+    FakeBackend.cache_hit_keys = frozenset(cached)
+    spans, lock = [], threading.Lock()
+
+    def hook(kernel, key, target):
+        t0 = time.monotonic()
+        time.sleep(0.02)  # ten times SPILL_SECONDS: slow, by the runner's clock
+        with lock:
+            spans.append((t0, time.monotonic(), key in cached))
+
+    FakeBackend.hook = hook
+    ns = [1, 2, 4, 8, 16, 32, 64, 128, 256]
+    report = warmkit.warmup(cfg(jobs=4), reg_of((ScaleKernel, {"n": ns})))
+    assert statuses(report) == ["cached"] * 5 + ["compiled"] * 4
+    first_end = min(end for _, end, _ in spans)
+
+    def overlapping(group):
+        return [(a, b) for a in group for b in group if a < b and a[0] < b[1] and b[0] < a[1]]
+
+    later_hits = [s for s in spans if s[2] and s[0] >= first_end]
+    assert len(later_hits) >= 3 and not overlapping(later_hits)
+    assert overlapping([s for s in spans if not s[2]])  # cold compiles after the first overlap
 
 
 _SHARED = P(7, False)

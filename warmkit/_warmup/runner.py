@@ -83,6 +83,7 @@ def run(
     on_done: Callable[[T, Any], bool],
     on_timeout: Callable[[T, float], None],
     on_unrun: Callable[[T, str], None],
+    spill: Callable[[], float | None] | None = None,
 ) -> None:
     """Run ``fn`` over ``items``; every item ends in exactly one callback.
 
@@ -106,13 +107,18 @@ def run(
             is then reported ``on_unrun(item, NOT_ATTEMPTED)``).
         on_timeout: the item ran longer than ``timeout``; it was abandoned.
         on_unrun: the item will not run (``CANCELLED`` or ``NOT_ATTEMPTED``).
+        spill: asked before an item makes room for another: how long the
+            running items must have run first (None, the default: always
+            ``SPILL_SECONDS``). It may answer None: one item at a time, the
+            caller's word that the items are Python-bound (cache hits of a few
+            ms, where a second thread only fights over the GIL).
 
     Raises:
         KeyboardInterrupt: after every unfinished item was reported cancelled.
     """
     if not items:
         return
-    state = _Run(items, fn, on_done, on_timeout, on_unrun)
+    state = _Run(items, fn, on_done, on_timeout, on_unrun, spill or _spill_seconds)
     # One thread to start with; each other starts only once the running items are slow
     # (all have run SPILL_SECONDS): cheap items never pay for a second thread's wake-ups.
     state.start()
@@ -129,6 +135,10 @@ def run(
         raise error
 
 
+def _spill_seconds() -> float:
+    return SPILL_SECONDS
+
+
 class _Run(Generic[T]):
     """One ``run``: its queue, what runs since when, and which items were reported.
 
@@ -143,8 +153,9 @@ class _Run(Generic[T]):
         on_done: Callable[[T, Any], bool],
         on_timeout: Callable[[T, float], None],
         on_unrun: Callable[[T, str], None],
+        spill: Callable[[], float | None],
     ) -> None:
-        self.items, self.fn = items, fn
+        self.items, self.fn, self.spill = items, fn, spill
         self.on_done, self.on_timeout, self.on_unrun = on_done, on_timeout, on_unrun
         self.jobs: queue.SimpleQueue[int] = queue.SimpleQueue()
         for i in range(len(items)):
@@ -184,7 +195,8 @@ class _Run(Generic[T]):
         running = self.running
         while not self.closed:
             now = time.monotonic()
-            if not running or now - max(running.values()) >= SPILL_SECONDS:
+            after = None if not running else self.spill()
+            if not running or (after is not None and now - max(running.values()) >= after):
                 try:
                     i = self.jobs.get_nowait()
                 except queue.Empty:
@@ -240,7 +252,8 @@ class _Run(Generic[T]):
                 newest = max(running.values(), default=now) if idle else now
             except RuntimeError:  # dictionary changed size during iteration
                 newest = now
-            if idle and now - newest >= SPILL_SECONDS:
+            after = self.spill() if idle else None
+            if after is not None and now - newest >= after:
                 with lock:
                     if not self.closed and not self.jobs.empty():
                         idle -= 1
