@@ -60,6 +60,7 @@ MODES = MONITOR_MODES
 
 _lock = threading.Lock()
 _mode = "off"
+_recording_only = False  # armed by `warmkit record` alone: misses are what it records (INFO)
 _events: list[MonitorEvent] = []
 _warned: set[tuple[str, Any]] = set()
 _allow: ContextVar[str | None] = ContextVar("warmkit_monitor_allow", default=None)
@@ -115,7 +116,7 @@ def arm(mode: str = "warn") -> None:
     Raises:
         ValueError: an unknown mode.
     """
-    global _mode
+    global _mode, _recording_only
     if mode not in MODES:
         raise ValueError(f"monitor mode must be one of {', '.join(MODES)}, got {mode!r}")
     if mode == "off":
@@ -123,11 +124,25 @@ def arm(mode: str = "warn") -> None:
         return
     with _lock:
         _mode = mode
+        _recording_only = False
         _warned.clear()
     _plugins.load_backends_of_imported_dsls()
     for backend in _hooked_backends():
         backend.install_monitor()
     logger.debug("monitor armed: %s", mode)
+
+
+def _arm_for_recording() -> None:
+    """Armed (``"warn"``) so that a recording sees compiles, which it records: not news.
+
+    ``warmkit record`` of a command that warms nothing up: each compile is what
+    is being recorded, not a stall after a warmup, so it is logged at INFO. A
+    warmup in the process (``arm`` again) makes later misses warnings again.
+    """
+    global _recording_only
+    arm("warn")
+    with _lock:
+        _recording_only = True
 
 
 def disarm() -> None:
@@ -267,6 +282,16 @@ def on_miss(
         _warned.add(ident)
     if first:
         ctx = f" (context: {context})" if context is not None else ""
+        if _recording_only:
+            logger.info(
+                "recorded a runtime %s: kernel %s key %r on backend %s%s",
+                "autotune benchmark" if kind == "autotune" else "compile",
+                kernel,
+                key,
+                backend,
+                ctx,
+            )
+            return
         reason = why() if why is not None else None
         logger.warning(
             "runtime %s after warmup: kernel %s key %r on backend %s%s; add it to the "

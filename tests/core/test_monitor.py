@@ -55,6 +55,21 @@ def test_mode_changes_take_effect_every_time(caplog):
     assert _kernels.compiled_keys() == [P(1, False), P(3, False), P(4, False), P(5, False)]
 
 
+def test_armed_for_a_recording_alone_a_compile_is_recorded_not_warned_about(caplog):
+    """`warmkit record` arms the monitor so that the recording sees compiles: with no warmup in
+    the process they are what it records, not stalls (INFO); after a warmup, warnings again."""
+    caplog.set_level(logging.INFO, logger="warmkit.monitor")
+    k = PyKernel()
+    monitor._arm_for_recording()
+    k.get_or_compile(P(1, False))
+    assert warnings_in(caplog) == []
+    assert [e.key for e in monitor.events()] == [P(1, False)]  # still recorded
+    assert any("recorded a runtime compile" in r.getMessage() for r in caplog.records)
+    warmkit.warmup(warmkit.WarmupConfig(monitor="warn", progress="off"), warmkit.WarmupRegistry())
+    k.get_or_compile(P(2, False))
+    assert len(warnings_in(caplog)) == 1 and "after warmup" in warnings_in(caplog)[0]
+
+
 def test_unknown_mode_is_value_error():
     with pytest.raises(ValueError, match="off, warn, error"):
         monitor.arm("loud")

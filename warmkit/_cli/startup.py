@@ -198,7 +198,10 @@ def _act_scanned() -> None:
         mode = _envs.get("WARMKIT_MONITOR")
         start_recording(record)
         load_every_backend()  # a command that never imports warmkit: hook every backend
-        monitor.arm("warn" if mode == "off" else mode)
+        if mode == "off":  # armed only so that the recording sees compiles: they are not news
+            monitor._arm_for_recording()
+        else:
+            monitor.arm(mode)
 
 
 # -- what recording needs from the host ---------------------------------------------------------
