@@ -396,3 +396,29 @@ def test_a_device_check_of_an_unchanged_identity_uses_tritons_hash_alone(tmp_pat
     other = _run([sys.executable, "-c", check], _env(tmp_path / "c2"), tmp_path)
     assert other.returncode == 0, other.stderr
     assert other.stdout.startswith("WALKED\nREFUSED recorded kernel _pinned_kernels:dot_kernel")
+
+
+def test_differences_are_walked_once_while_nothing_pinned_changes(monkeypatch) -> None:
+    # The walk of a function's source (twice per key: probe and compile) was 30 % of a warm
+    # key; its answer is reused while Triton's hash, the pins and each pinned global's object
+    # are unchanged, and a pinned global rebound here is seen at once.
+    import triton.language as tl
+
+    monkeypatch.syspath_prepend(str(HERE))
+    import _pinned_kernels as K
+    from warmkit_triton import _pins
+
+    pins = _pins.pins_of(K.dot_kernel)
+    walks = []
+    walk = _pins._differences
+    monkeypatch.setattr(_pins, "_differences", lambda *a: walks.append(1) or walk(*a))
+    monkeypatch.setattr(_pins, "_differences_memo", {})
+    assert _pins.differences(K.dot_kernel, pins) == ([], [])
+    assert _pins.differences(K.dot_kernel, pins) == ([], [])
+    assert len(walks) == 1
+    monkeypatch.setattr(K, "PREC", tl.constexpr("ieee" if K.PREC.value == "tf32" else "tf32"))
+    problems, changes = _pins.differences(K.dot_kernel, pins)
+    assert len(walks) == 2 and problems == [] and [c[1] for c in changes] == ["PREC"]
+    other = {**pins, "globals": [g for g in pins["globals"] if g["name"] != "SCALE"]}
+    problems, _ = _pins.differences(K.dot_kernel, other)  # other pins: walked again
+    assert len(walks) == 3 and any("SCALE" in p for p in problems)
