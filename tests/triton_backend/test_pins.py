@@ -400,8 +400,8 @@ def test_a_device_check_of_an_unchanged_identity_uses_tritons_hash_alone(tmp_pat
 
 def test_differences_are_walked_once_while_nothing_pinned_changes(monkeypatch) -> None:
     # The walk of a function's source (twice per key: probe and compile) was 30 % of a warm
-    # key; its answer is reused while Triton's hash, the pins and each pinned global's object
-    # are unchanged, and a pinned global rebound here is seen at once.
+    # key; its answer is reused while Triton's hash, the pins and each pinned global (its object
+    # and that object's value) are unchanged: a global rebound or changed in place is seen.
     import triton.language as tl
 
     monkeypatch.syspath_prepend(str(HERE))
@@ -419,6 +419,14 @@ def test_differences_are_walked_once_while_nothing_pinned_changes(monkeypatch) -
     monkeypatch.setattr(K, "PREC", tl.constexpr("ieee" if K.PREC.value == "tf32" else "tf32"))
     problems, changes = _pins.differences(K.dot_kernel, pins)
     assert len(walks) == 2 and problems == [] and [c[1] for c in changes] == ["PREC"]
+    monkeypatch.undo()  # PREC back; a constexpr changed in place is seen too
+    monkeypatch.setattr(_pins, "_differences", lambda *a: walks.append(1) or walk(*a))
+    assert _pins.differences(K.dot_kernel, pins) == ([], [])
+    monkeypatch.setattr(K.SCALE, "value", 3.0)
+    problems, changes = _pins.differences(K.dot_kernel, pins)
+    assert len(walks) == 4 and [c[1] for c in changes] == ["SCALE"]
+    monkeypatch.undo()
+    monkeypatch.setattr(_pins, "_differences", lambda *a: walks.append(1) or walk(*a))
     other = {**pins, "globals": [g for g in pins["globals"] if g["name"] != "SCALE"]}
     problems, _ = _pins.differences(K.dot_kernel, other)  # other pins: walked again
-    assert len(walks) == 3 and any("SCALE" in p for p in problems)
+    assert len(walks) == 5 and any("SCALE" in p for p in problems)

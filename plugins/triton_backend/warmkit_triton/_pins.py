@@ -132,7 +132,8 @@ def differences(fn: Any, pins: Mapping[str, Any]) -> tuple[list[str], list[tuple
     Memoized per function: the walks of its source cost ~2 ms a call, twice per
     key (probe and compile), 30 % of a warm key. The answer is reused while
     Triton's hash of the function (its source, callees and constexpr globals),
-    the pins, and the object each pinned global holds here are all unchanged.
+    the pins, and each pinned global here (the object it holds and that
+    object's value: a ``tl.constexpr`` can be changed in place) are unchanged.
     """
     jit = _unwrap(fn)
     triton_hash, signature = api.source_identity(jit)[1], _signature(pins)
@@ -141,7 +142,10 @@ def differences(fn: Any, pins: Mapping[str, Any]) -> tuple[list[str], list[tuple
         memo is not None
         and memo[0] is jit
         and memo[1] == (triton_hash, signature)
-        and all(ns.get(name, _MISSING) is value for ns, name, value in memo[2])
+        and all(
+            ns.get(name, _MISSING) is value and _local_text(value) == text
+            for ns, name, value, text in memo[2]
+        )
     ):
         problems, changes = memo[3]
         return list(problems), list(changes)
@@ -151,7 +155,8 @@ def differences(fn: Any, pins: Mapping[str, Any]) -> tuple[list[str], list[tuple
         module = sys.modules.get(rec["module"])
         ns = getattr(module, "__dict__", None)
         if ns is not None:
-            held.append((ns, rec["name"], ns.get(rec["name"], _MISSING)))
+            value = ns.get(rec["name"], _MISSING)
+            held.append((ns, rec["name"], value, _local_text(value)))
     _differences_memo[id(jit)] = (jit, (triton_hash, signature), held, (problems, changes))
     return list(problems), list(changes)
 
