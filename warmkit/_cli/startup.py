@@ -94,11 +94,15 @@ def _plugin_packages() -> list[str]:
     """The top-level packages of the installed backends and kernel packages (their loggers)."""
     from .._plugin.discovery import discover
 
-    names = {
-        info.value.split(":")[0].split(".")[0]
-        for group in ("warmkit.backends", "warmkit.kernels")
-        for info in discover(group)
-    }
+    try:
+        names = {
+            info.value.split(":")[0].split(".")[0]
+            for group in ("warmkit.backends", "warmkit.kernels")
+            for info in discover(group)
+        }
+    except Exception:  # logging's set-up must not stop the hook; the warmup says why
+        logger.debug("no plugin loggers: discovery failed", exc_info=True)
+        return []
     return sorted(names - {"warmkit"})
 
 
