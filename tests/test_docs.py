@@ -31,15 +31,18 @@ def program(page: Path) -> str:
     return "\n\n".join(blocks)
 
 
-@pytest.mark.parametrize("page", [p for p in DOCS if program(p)], ids=lambda p: p.name)
-def test_python_blocks_run(page, tmp_path):
+def run_page(
+    page: Path, tmp_path: Path, code: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``page``'s program written as a module beside ``tmp_path``'s Triton cache, then imported
+    (or ``code`` run, which imports it) in a fresh process with no ``WARMKIT_*`` variable."""
     script = tmp_path / f"doc_{page.stem.replace('-', '_')}.py"  # a real file: Triton reads sources
     script.write_text(program(page))
     env = {k: v for k, v in os.environ.items() if not k.startswith("WARMKIT_")}
     env["TRITON_CACHE_DIR"] = str(tmp_path / "triton-cache")
-    proc = subprocess.run(
+    return subprocess.run(
         # Imported, not run as __main__: manifests refuse kernels defined in a script.
-        [sys.executable, "-c", f"import {script.stem}"],
+        [sys.executable, "-c", code or f"import {script.stem}"],
         cwd=tmp_path,
         env=env,
         capture_output=True,
@@ -47,29 +50,22 @@ def test_python_blocks_run(page, tmp_path):
         timeout=600,
         check=False,
     )
+
+
+@pytest.mark.parametrize("page", [p for p in DOCS if program(p)], ids=lambda p: p.name)
+def test_python_blocks_run(page, tmp_path):
+    proc = run_page(page, tmp_path)
     assert proc.returncode == 0, f"{page.name}:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
 
 
 def test_adopting_level_2_follows_the_operators_target(tmp_path):
     """The guide's level-2 function passes a target to ``from_env`` only when its caller chose
     one, so an operator's ``WARMKIT_TARGET`` applies (it was overridden by ``target=None``)."""
-    script = tmp_path / "doc_adopting.py"
-    script.write_text(program(ROOT / "docs" / "adopting.md"))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("WARMKIT_")}
-    env["TRITON_CACHE_DIR"] = str(tmp_path / "triton-cache")
     check = (
         "import os, doc_adopting as d\n"
         "os.environ['WARMKIT_TARGET'] = 'cuda:90'\n"
         "r = d.warm_from_manifest(d.manifest)\n"
         "assert r.ok and r.target == 'cuda:90' and r.monitor == 'off', (r.target, r.monitor)\n"
     )
-    proc = subprocess.run(
-        [sys.executable, "-c", check],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    proc = run_page(ROOT / "docs" / "adopting.md", tmp_path, check)
     assert proc.returncode == 0, f"{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
