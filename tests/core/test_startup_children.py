@@ -89,3 +89,26 @@ def test_a_plugins_warning_reaches_stderr_when_the_command_configured_logging() 
         "warmkit: WARNING winner measured on another GPU",
         "warmkit: WARNING core warning",
     ]
+
+
+def test_a_discovery_failure_while_naming_the_plugins_loggers_is_a_warning_not_a_stop() -> None:
+    code = (
+        "import warmkit._plugin.discovery as D\n"
+        "def broken(group, **kw):\n"
+        "    raise OSError('entry points unreadable')\n"
+        "D.discover = broken\n"
+        "from warmkit._cli.startup import _configure_logging\n"
+        "_configure_logging()\n"
+        "print('went on')\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert proc.stdout == "went on\n"
+    assert proc.stderr.splitlines() == [
+        (
+            "warmkit: WARNING the plugins' loggers were not set up (plugin discovery failed: "
+            "OSError: entry points unreadable); their warnings go wherever this command's "
+            "logging sends them"
+        )
+    ]

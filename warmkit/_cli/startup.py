@@ -81,29 +81,31 @@ def _configure_logging() -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("warmkit: %(levelname)s %(message)s"))
     handler.addFilter(not_in_report)  # a failed warmup's table is printed: said once
-    for name in ("warmkit", *_plugin_packages()):
+    from .._plugin.discovery import discover
+
+    try:
+        plugins = {
+            info.value.split(":")[0].split(".")[0]
+            for group in ("warmkit.backends", "warmkit.kernels")
+            for info in discover(group)
+        } - {"warmkit"}
+        failure = None
+    except Exception as exc:  # noqa: BLE001 -- logging's set-up must not stop the hook: said below
+        plugins, failure = set(), exc
+    for name in ("warmkit", *sorted(plugins)):
         log = logging.getLogger(name)
         if not any(isinstance(h, logging.StreamHandler) for h in log.handlers):
             log.addHandler(handler)
             log.setLevel(logging.WARNING)
     # Except this module's own lines: `warmkit run`'s one success line is news, not a warning.
     logger.setLevel(logging.INFO)
-
-
-def _plugin_packages() -> list[str]:
-    """The top-level packages of the installed backends and kernel packages (their loggers)."""
-    from .._plugin.discovery import discover
-
-    try:
-        names = {
-            info.value.split(":")[0].split(".")[0]
-            for group in ("warmkit.backends", "warmkit.kernels")
-            for info in discover(group)
-        }
-    except Exception:  # logging's set-up must not stop the hook; the warmup says why
-        logger.debug("no plugin loggers: discovery failed", exc_info=True)
-        return []
-    return sorted(names - {"warmkit"})
+    if failure is not None:
+        logger.warning(
+            "the plugins' loggers were not set up (plugin discovery failed: %s: %s); their "
+            "warnings go wherever this command's logging sends them",
+            type(failure).__name__,
+            failure,
+        )
 
 
 def main(hook_file: str | None = None) -> None:
