@@ -70,6 +70,12 @@ def test_a_process_the_command_spawns_is_warmed_up_before_its_target(tmp_path: P
     assert proc.stderr.count(WARMED) == 2, proc.stderr
 
 
+def _python(code: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+
+
 def test_a_plugins_warning_reaches_stderr_when_the_command_configured_logging() -> None:
     """The hook gives the plugins' loggers (``warmkit_triton``...) warmkit's handler: a library of
     the command that configured the root logger (here at ERROR) no longer swallows them."""
@@ -82,9 +88,7 @@ def test_a_plugins_warning_reaches_stderr_when_the_command_configured_logging() 
         "logging.getLogger('warmkit_triton._record').info('not news')\n"
         "logging.getLogger('warmkit._warmup').warning('core warning')\n"
     )
-    proc = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
-    )
+    proc = _python(code)
     assert proc.stderr.splitlines() == [
         "warmkit: WARNING winner measured on another GPU",
         "warmkit: WARNING core warning",
@@ -101,9 +105,7 @@ def test_a_discovery_failure_while_naming_the_plugins_loggers_is_a_warning_not_a
         "_configure_logging()\n"
         "print('went on')\n"
     )
-    proc = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
-    )
+    proc = _python(code)
     assert proc.stdout == "went on\n"
     assert proc.stderr.splitlines() == [
         (
