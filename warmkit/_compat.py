@@ -36,6 +36,16 @@ importing warmkit (or froze fewer than that many) is not told apart on 3.12
 (its objects are thawed after a warmup); freezing after imports, as pre-fork
 servers do, is.
 
+**``site`` is still being imported while ``sitecustomize`` runs**: Python
+imports ``sitecustomize`` from the last line of ``site``'s own import, so the
+main thread holds ``site``'s module lock, and another thread's ``import site``
+waits for it. The startup hook of ``warmkit run`` / ``record`` warms up from
+``sitecustomize`` and waits for its compile threads, so a compile thread that
+imported torch (``cuda.pathfinder`` imports ``site``) deadlocked the command.
+:func:`site_import_done` marks ``site`` imported: its body has run by then
+(``main()`` is its last line), and CPython 3.11-3.13 takes a module's lock
+only while its ``__spec__._initializing`` is true.
+
 Counting is not free on any version: ``gc.get_freeze_count()`` walks the
 permanent generation, ~100 ns an object (18 ms with torch imported and the heap
 frozen). A warmup counts once, at its start, and holds :func:`known_frozen`
@@ -64,6 +74,7 @@ __all__ = [
     "kept_out_of_gc",
     "known_frozen",
     "process_froze_objects",
+    "site_import_done",
 ]
 
 logger = logging.getLogger(__name__)
@@ -76,6 +87,13 @@ AST_PARSE_RACES = sys.implementation.name == "cpython" and (
 #: Objects in the collector's permanent generation when warmkit was imported: the interpreter's
 #: own (CPython 3.12's immortal type tuples), 0 on the other Pythons.
 STARTUP_FROZEN = gc.get_freeze_count() if sys.version_info[:2] == (3, 12) else 0
+
+
+def site_import_done() -> None:
+    """Let other threads import ``site`` while ``sitecustomize`` runs (see the module's docstring)."""
+    spec = getattr(sys.modules.get("site"), "__spec__", None)
+    if spec is not None and getattr(spec, "_initializing", False):
+        spec._initializing = False
 
 
 _frozen_lock = threading.Lock()

@@ -114,3 +114,55 @@ def test_a_discovery_failure_while_naming_the_plugins_loggers_is_a_warning_not_a
             "logging sends them"
         )
     ]
+
+
+_SITE_KERNEL = '''
+import threading
+
+import attrs
+import warmkit
+
+
+class SiteKernel(warmkit.JitKernel["SiteKernel.CompileKey"]):
+    """Its compile imports, on another thread, a module that imports site (as torch.cuda does)."""
+
+    @attrs.frozen
+    class CompileKey:
+        n: int
+
+    def dispatch(self, *, n):
+        return self.CompileKey(n=n)
+
+    def compile(self, key):
+        t = threading.Thread(target=__import__, args=("wk_imports_site",), daemon=True)
+        t.start()
+        t.join(30)
+        assert not t.is_alive(), "a thread's import of site never finished"
+        return lambda *args: None
+'''
+
+
+def test_a_warmup_thread_may_import_site_while_the_hook_runs_inside_sites_import(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """Found under `warmkit record`: a compile thread importing torch (cuda.pathfinder imports site)
+    waited for site's import, which waited for the hook, which waited for the thread."""
+    (tmp_path / "wk_site_kernels.py").write_text(_SITE_KERNEL)
+    (tmp_path / "wk_imports_site.py").write_text("import site\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    from wk_site_kernels import SiteKernel  # type: ignore[import-not-found]
+
+    registry = warmkit.WarmupRegistry()
+    registry.add(SiteKernel, n=[1, 2])
+    manifest = registry.save(tmp_path / "site.json")
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WARMKIT_")}
+    env = hook_environment(dict(env, WARMKIT_MANIFEST=str(manifest)), str(hook))
+    env["PYTHONPATH"] += os.pathsep + str(tmp_path)
+    proc = subprocess.run(
+        [sys.executable, "-c", "print('command ran')"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "command ran" in proc.stdout and "warmkit run: warmed 2 key(s)" in proc.stderr

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import _envs
+from .._compat import site_import_done
 from .._warmup.report import not_in_report
 
 __all__ = ["hook_environment", "main", "nothing_recorded_hint", "record_refusal"]
@@ -120,6 +121,8 @@ def main(hook_file: str | None = None) -> None:
     (``_warmup.workers._WorkerProcess``), which would otherwise each warm up (or
     record) the whole manifest again.
     """
+    # Called from sitecustomize, inside site's own import: compile threads may import site.
+    site_import_done()
     try:
         if _multiprocessing_child():
             _defer_to_bootstrap()
