@@ -318,3 +318,33 @@ def test_the_device_target_comes_from_libcuda_without_importing_torch(tmp_path, 
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
     )
     assert out.stdout.split() == (["cuda:89", "False"] if count else ["None", "True"])
+
+
+def test_a_host_without_a_gpu_names_no_target_without_importing_torch(tmp_path):
+    """Triton's AMD backend imports torch to say it is not active: 1.5 s a command, skipped here."""
+    from warmkit_triton._aot import no_gpu_here
+
+    if not no_gpu_here():  # pragma: no cover - a GPU host
+        pytest.skip("this host has a GPU device node or a libcuda.so.1")
+    code = (
+        "import sys; from warmkit_triton import TritonBackend; "
+        "print(TritonBackend().default_target(), 'torch' in sys.modules)"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+
+    def ask(**extra: str) -> list[str]:
+        proc = subprocess.run(
+            [sys.executable, "-c", code],
+            env=env | extra,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout.split()
+
+    assert ask() == ["None", "False"]
+    # Where the answer is not known (a libcuda Triton is told to find), Triton is asked: the
+    # same answer, through its backends, which import torch.
+    assert ask(TRITON_LIBCUDA_PATH=str(tmp_path)) == ["None", "True"]

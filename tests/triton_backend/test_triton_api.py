@@ -352,6 +352,12 @@ def check_default_driver() -> None:
         assert drv.get_current_target().backend == "cuda"
 
 
+@canary("backend_names")
+def check_backend_names() -> None:
+    names = api.backend_names()
+    assert "nvidia" in names and names == sorted(names), names
+
+
 @canary("ptxas_info")
 def check_ptxas() -> None:
     info = api.ptxas_info(90)

@@ -381,6 +381,16 @@ def set_installed_driver(drv: Any) -> None:
     driver._active = drv
 
 
+def backend_names() -> list[str]:
+    """The backends Triton found installed (``triton.backends.backends``: ``amd``, ``nvidia``, ...).
+
+    Checked: 3.6.0, 3.9.0.
+    """
+    from triton.backends import backends
+
+    return sorted(backends)
+
+
 def default_driver() -> Any:
     """Triton's driver for this process's GPU (``driver.default``); raises when there is none.
 
