@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import importlib
+import sys
+
 import attrs
 import pytest
 
@@ -178,3 +181,53 @@ def test_method_hooks_passthrough_and_inherited_methods():
 
 def test_public_names():
     assert warmkit.FunctionKernel is FunctionKernel and warmkit.MethodHooks is MethodHooks
+
+
+def _dsl_module(tmp_path, monkeypatch, name: str, body: str = "VALUE = 1\n") -> None:
+    (tmp_path / f"{name}.py").write_text(body)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, name, raising=False)
+
+
+def test_hooks_wait_for_their_dsls_import_then_install_once(tmp_path, monkeypatch):
+    from importlib.machinery import SourceFileLoader
+
+    _dsl_module(tmp_path, monkeypatch, "wk_fake_dsl_a")
+    calls = []
+    hooks = MethodHooks("fake hooks")
+    hooks.install_when_imported("wk_fake_dsl_a", lambda: calls.append(sys.modules["wk_fake_dsl_a"]))
+    hooks.install_when_imported("wk_fake_dsl_a", lambda: calls.append("again"))  # still pending
+    assert calls == [] and "wk_fake_dsl_a" not in sys.modules
+    module = importlib.import_module("wk_fake_dsl_a")
+    assert calls == [module] and module.VALUE == 1
+    # the module sees its own loader, and nothing of warmkit's stays on the import path
+    assert (
+        type(module.__loader__) is SourceFileLoader and module.__spec__.loader is module.__loader__
+    )
+    assert not any(type(f).__name__ == "_AfterImportFinder" for f in sys.meta_path)
+    hooks.install_when_imported("wk_fake_dsl_a", lambda: calls.append("now"))  # imported: at once
+    assert calls == [module, "now"]
+
+
+def test_uninstall_before_the_import_cancels_and_a_failing_install_never_fails_the_import(
+    tmp_path, monkeypatch, caplog
+):
+    _dsl_module(tmp_path, monkeypatch, "wk_fake_dsl_b")
+    _dsl_module(tmp_path, monkeypatch, "wk_fake_dsl_c")
+    calls = []
+    cancelled = MethodHooks("cancelled hooks")
+    cancelled.install_when_imported("wk_fake_dsl_b", lambda: calls.append("b"))
+    cancelled.uninstall()
+    importlib.import_module("wk_fake_dsl_b")
+    assert calls == []
+
+    def broken() -> None:
+        raise RuntimeError("the DSL moved its class")
+
+    MethodHooks("broken hooks").install_when_imported("wk_fake_dsl_c", broken)
+    with caplog.at_level("WARNING", logger="warmkit"):
+        assert importlib.import_module("wk_fake_dsl_c").VALUE == 1
+    (record,) = [r for r in caplog.records if "broken hooks" in r.getMessage()]
+    assert (
+        "wk_fake_dsl_c" in record.getMessage() and "the DSL moved its class" in record.getMessage()
+    )

@@ -3,6 +3,11 @@ hooks chain with whatever was installed before, and uninstalling restores it exa
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+
 import pytest
 from tilelang.cache.kernel_cache import KernelCache
 from tilelang.jit import JITImpl
@@ -167,3 +172,29 @@ def test_disarming_the_monitor_does_not_import_tilelang():
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["False", "TileLangBackend"]
+
+
+def test_arming_every_backend_imports_no_dsl_and_the_hooks_go_in_at_its_import():
+    """`warmkit record` of a Triton engine loads and arms every backend: no DSL import (~3 s)."""
+    code = (
+        "import json, sys\n"
+        "import warmkit.monitor\n"
+        "from warmkit._plugin.discovery import load_every_backend\n"
+        "from warmkit_tilelang import _hooks\n"
+        "load_every_backend()\n"
+        "warmkit.monitor.arm('warn')\n"
+        "before = sorted(m for m in ('tilelang', 'tvm', 'cutlass', 'torch') if m in sys.modules)\n"
+        "import tilelang\n"
+        "print(json.dumps([before, _hooks.installed()]))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WARMKIT_")}
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == [[], True]

@@ -11,7 +11,7 @@ keeps working and uninstalling restores exactly what was there.
 * :class:`FunctionKernel`: the kernel base (definition checks, resolving
   ``fn``, the launch path);
 * :class:`MethodHooks`: a set of chained method replacements, installed and
-  removed together.
+  removed together, or once the DSL is imported (``install_when_imported``).
 
 This module imports no DSL: the plugin passes its own predicates and hook
 points (``fn_check``, ``(owner, attribute)`` pairs) from its DSL layer.
@@ -22,7 +22,11 @@ from __future__ import annotations
 import functools
 import importlib
 import logging
+import sys
+import threading
 from collections.abc import Callable, Iterable
+from importlib.machinery import ModuleSpec
+from types import ModuleType
 from typing import Any, ClassVar, TypeVar
 
 from .._exceptions import KernelDefinitionError
@@ -173,6 +177,28 @@ class MethodHooks:
         self.name = name
         self.passthrough = passthrough
         self._chained: list[_Chained] = []
+        self._pending: list[tuple[Callable[[], None], str]] | None = None
+
+    def install_when_imported(self, module: str, install: Callable[[], None]) -> None:
+        """Call ``install`` now if ``module`` is imported, else right after its import.
+
+        A DSL's hooks need the DSL imported, and importing one costs seconds (TileLang
+        about 3 s, torch with it): arming the monitor of a process that never uses it
+        (``warmkit record`` of a Triton engine) paid that. :meth:`uninstall` before
+        the import cancels the call. Should ``install`` fail after the import, the
+        import still succeeds and the failure is one warning naming the hooks.
+
+        Args:
+            module: the DSL's module whose import the hooks wait for (``"tilelang"``).
+            install: installs the hooks (typically calls :meth:`install` under the
+                plugin's lock); not called again if an earlier call is still pending.
+        """
+        if module in sys.modules:
+            install()
+            return
+        if self._pending:  # already waiting for this import
+            return
+        self._pending = _after_import(module, install, self.name)
 
     def install(self, points: Iterable[tuple[tuple[type, str], Callable[..., Any]]]) -> None:
         """Replace each ``(owner, attr)`` with its body, chained (idempotent).
@@ -187,7 +213,10 @@ class MethodHooks:
             self._chained.append(_Chained(owner, attr, body, self.passthrough))
 
     def uninstall(self) -> None:
-        """Restore what each replacement replaced, innermost last (idempotent)."""
+        """Restore what each replacement replaced, innermost last (idempotent); cancel a pending install."""
+        if self._pending is not None:
+            self._pending.clear()  # the cell _after_import holds: emptied, the call is cancelled
+            self._pending = None
         while self._chained:
             self._chained.pop().remove(self.name)
 
@@ -238,3 +267,90 @@ class _Chained:
             self.owner.__qualname__,
             self.attr,
         )
+
+
+# -- calls right after a module's import ----------------------------------------------------
+#
+# wrapt's post-import hooks do the same but cannot be cancelled, and a pending install must be
+# when the monitor is disarmed before the DSL is imported.
+
+_after_lock = threading.Lock()
+#: module -> cells of pending (call, what it installs); a cell emptied = cancelled
+_after: dict[str, list[list[tuple[Callable[[], None], str]]]] = {}
+
+
+def _after_import(
+    module: str, call: Callable[[], None], name: str
+) -> list[tuple[Callable[[], None], str]]:
+    """Call ``call`` once ``module`` has been imported; returns its cell (``clear()`` cancels)."""
+    cell = [(call, name)]
+    with _after_lock:
+        _after.setdefault(module, []).append(cell)
+        if _FINDER not in sys.meta_path:
+            sys.meta_path.insert(0, _FINDER)
+    if module in sys.modules:  # imported by another thread before the finder was in place
+        _run_after(module)
+    return cell
+
+
+def _run_after(module: str) -> None:
+    with _after_lock:
+        cells = _after.pop(module, [])
+        if not _after and _FINDER in sys.meta_path:
+            sys.meta_path.remove(_FINDER)
+    for cell in cells:
+        if not cell:
+            continue
+        call, name = cell[0]
+        try:
+            call()
+        except Exception as exc:  # noqa: BLE001 - the user's import must not fail for warmkit
+            logger.warning(
+                "warmkit could not install %s after %s was imported: %s", name, module, exc
+            )
+
+
+class _AfterImportFinder:
+    """Finds nothing itself: wraps the loader of a watched module so that its calls run after it."""
+
+    def find_spec(
+        self, fullname: str, path: Any = None, target: ModuleType | None = None
+    ) -> ModuleSpec | None:
+        if fullname not in _after:
+            return None
+        for finder in sys.meta_path:
+            find = getattr(finder, "find_spec", None)
+            if finder is self or find is None:
+                continue
+            spec: ModuleSpec | None = find(fullname, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+            spec.loader = _ThenLoader(spec.loader)  # type: ignore[assignment]
+        return spec
+
+
+class _ThenLoader:
+    """The module's own loader, then the calls waiting for it; the module sees only its own."""
+
+    def __init__(self, loader: Any) -> None:
+        self.loader = loader
+
+    def create_module(self, spec: ModuleSpec) -> ModuleType | None:
+        created: ModuleType | None = self.loader.create_module(spec)
+        return created
+
+    def exec_module(self, module: ModuleType) -> None:
+        module.__loader__ = self.loader  # importlib.resources and friends read it
+        if module.__spec__ is not None:
+            module.__spec__.loader = self.loader
+        self.loader.exec_module(module)
+        _run_after(module.__name__)
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(self.loader, attr)
+
+
+_FINDER = _AfterImportFinder()

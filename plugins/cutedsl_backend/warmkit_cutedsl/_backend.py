@@ -263,11 +263,14 @@ class CuteDSLBackend:
     # -- monitor ----------------------------------------------------------------------------------
 
     def install_monitor(self) -> None:
-        try:
-            api.require_cute()
-        except api.CuteDSLNotInstalledError:
+        """Report every runtime CuTe DSL compile to ``warmkit.monitor`` (idempotent).
+
+        The hooks go in once ``cutlass.cute`` is imported: arming the monitor of a
+        process that never imports it no longer imports it (seconds).
+        """
+        if importlib.util.find_spec("cutlass") is None:  # the package: finding it imports nothing
             return
-        _hooks.install()
+        _hooks.install_when_imported()
 
     def uninstall_monitor(self) -> None:
         _hooks.uninstall()

@@ -101,6 +101,12 @@ def install() -> None:
         )
 
 
+def install_when_imported() -> None:
+    """:func:`install` now if ``cutlass.cute`` is imported, else right after its import (cancelled by :func:`uninstall`)."""
+    with _lock:
+        _hooks.install_when_imported("cutlass.cute", install)
+
+
 def uninstall() -> None:
     """Stop reporting; restore exactly the methods that were there before (idempotent)."""
     with _lock:

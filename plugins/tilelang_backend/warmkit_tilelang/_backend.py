@@ -19,6 +19,7 @@ target, ``{"kind": "cuda", "arch": "sm_90a"}`` for compute capability 9.0:
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import logging
 import os
 from collections.abc import Iterator
@@ -240,13 +241,16 @@ class TileLangBackend:
     # -- runtime monitor -----------------------------------------------------------------------
 
     def install_monitor(self) -> None:
-        """Report every runtime TileLang compile and disk load to ``warmkit.monitor`` (idempotent)."""
-        try:
-            api.require_tilelang()
-        except api.TileLangNotInstalledError:
+        """Report every runtime TileLang compile and disk load to ``warmkit.monitor`` (idempotent).
+
+        The hooks go in once TileLang is imported: arming the monitor of a process
+        that never imports it (``warmkit record`` of a Triton engine) no longer
+        imports it (3 s on the CPU box, torch with it).
+        """
+        if importlib.util.find_spec("tilelang") is None:
             logger.debug("tilelang not installed: no runtime hooks to install")
             return
-        _hooks.install()
+        _hooks.install_when_imported()
 
     def uninstall_monitor(self) -> None:
         """Remove the hooks, restoring exactly what was there before (idempotent).

@@ -36,7 +36,7 @@ from warmkit import MethodHooks
 
 from . import _tilelang_api as api
 
-__all__ = ["install", "installed", "outcome", "uninstall"]
+__all__ = ["install", "install_when_imported", "installed", "outcome", "uninstall"]
 
 logger = logging.getLogger(__name__)
 
@@ -180,6 +180,12 @@ def install() -> None:
         _reporting = True
         _install_locked()
     logger.debug("TileLang runtime hooks installed")
+
+
+def install_when_imported() -> None:
+    """:func:`install` now if TileLang is imported, else right after its import (cancelled by :func:`uninstall`)."""
+    with _lock:
+        _hooks.install_when_imported("tilelang", install)
 
 
 def uninstall() -> None:
