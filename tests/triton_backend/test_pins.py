@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 
@@ -165,18 +167,26 @@ RECORD_CHILD = textwrap.dedent(
 )
 
 
+_recorded: list[Path] = []  # this test process's one recording (the tests only read it)
+
+
 def _record_on_the_gpu_host(tmp_path: Path) -> Path:
-    """A real `warmkit record` on the "GPU host": its recording's path.
+    """A real `warmkit record` on the "GPU host": a copy of its recording, in ``tmp_path``.
 
     Triton's jit_cache_hook fires from fn.warmup with an sm_90 driver that needs no GPU;
-    the interpreter records nothing.
+    the interpreter records nothing. Recorded once per test process (7 tests read it;
+    each recording is a process that compiles), copied for each test.
     """
-    script = tmp_path / "work.py"
-    script.write_text(RECORD_CHILD)
+    if not _recorded:
+        where = Path(tempfile.mkdtemp(prefix="pins-recording-"))
+        script = where / "work.py"
+        script.write_text(RECORD_CHILD)
+        cmd = [sys.executable, "-m", "warmkit", "record", "-o", str(where / "rec.json"), "--"]
+        proc = _run(cmd + [sys.executable, str(script)], _env(where / "c0", **GPU_HOST), where)
+        assert proc.returncode == 0, proc.stderr
+        _recorded.append(where / "rec.json")
     out = tmp_path / "rec.json"
-    cmd = [sys.executable, "-m", "warmkit", "record", "-o", str(out), "--"]
-    proc = _run(cmd + [sys.executable, str(script)], _env(tmp_path / "c0", **GPU_HOST), tmp_path)
-    assert proc.returncode == 0, proc.stderr
+    shutil.copyfile(_recorded[0], out)
     return out
 
 
