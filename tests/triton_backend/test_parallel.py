@@ -141,3 +141,70 @@ def test_failure_in_one_parallel_key_is_attributed(triton_cache):
 
     for entry in add_kernel.device_caches.values():
         assert not any(isinstance(v, FutureKernel) for v in entry[0].values())
+
+
+_FIRST_TORCH_KERNELS = """
+import attrs
+import triton
+import triton.language as tl
+from warmkit_triton import TritonKernel, WarmupTensor, specialization_rep
+
+
+@triton.jit
+def copy_kernel(x, out, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out + offs, tl.load(x + offs, mask=offs < n), mask=offs < n)
+
+
+class Copy(TritonKernel):
+    fn = copy_kernel
+
+    @attrs.frozen
+    class CompileKey:
+        block: int
+
+    def dispatch(self, *, block=128):
+        return self.CompileKey(block)
+
+    def warmup_args(self, key):
+        n = specialization_rep(1024)  # Triton's C specializer, then this thread's first torch dtype
+        t = WarmupTensor("float32", (n,))
+        return (t, t, n), {"BLOCK": key.block}
+"""
+
+_FIRST_TORCH_SCRIPT = """
+import sys
+import warmkit
+from first_torch import Copy
+
+assert "torch" not in sys.modules
+reg = warmkit.WarmupRegistry()
+reg.add(Copy, block=[32, 64, 128, 256])
+config = warmkit.WarmupConfig(target=sys.argv[1], jobs=2, progress="off", monitor="off")
+report = warmkit.warmup(config, reg)
+print(report.count("compiled"), report.ok)
+"""
+
+
+def test_compile_threads_of_a_fresh_process_do_not_race_the_import_of_torch(tmp_path):
+    """On a host without a GPU nothing imports torch before the warmup: one compile thread
+    imported it for a WarmupTensor's dtype while another ran Triton's C specializer, which
+    read torch.Tensor off the half-imported module and failed its key."""
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "first_torch.py").write_text(_FIRST_TORCH_KERNELS)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("WARMKIT_", "TRITON_"))}
+    env.update(PYTHONPATH=str(tmp_path), TRITON_CACHE_DIR=str(tmp_path / "cache"))
+    proc = subprocess.run(
+        [sys.executable, "-c", _FIRST_TORCH_SCRIPT, AOT_TARGET],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split() == ["4", "True"]

@@ -196,6 +196,7 @@ class TritonCompiler:
         """
         require_triton()
         _setup.check()  # what warmkit.prepare() read early is still what this warmup reads
+        _setup.settle_torch()  # before the compile threads: they must not race its import
         if target == INTERPRETER:
             target = None
         tgt = parse_target(target) if target is not None else None

@@ -34,7 +34,7 @@ from typing import Any
 from . import _triton_api as api
 from ._aot import AotDriver, aot_driver, parse_target, validate_target
 
-__all__ = ["check", "prepare", "prime_worker"]
+__all__ = ["check", "prepare", "prime_worker", "settle_torch"]
 
 logger = logging.getLogger(__name__)
 
@@ -54,7 +54,10 @@ def prepare(target: str | None) -> None:
     except api.TritonNotInstalledError:
         return  # warmup reports it per key, with the install hint
     api.triton_key()
-    api.prime_specializer()
+    try:
+        api.prime_specializer()
+    except AttributeError as exc:  # the engine is importing torch meanwhile (settle_torch)
+        logger.debug("prepare: the specializer's first call met a half-imported torch (%s)", exc)
     if target is not None and target != "interpreter":
         arch = validate_target(target).arch
         inputs = api.prime_ptxas_version(arch)
@@ -81,6 +84,26 @@ def _torch_settled() -> bool:
     if mod is None:
         return importlib.util.find_spec("torch") is None
     return not getattr(getattr(mod, "__spec__", None), "_initializing", False)
+
+
+def settle_torch() -> None:
+    """Finish importing torch in this thread, if it is installed, before a warmup's threads run.
+
+    Triton 3.9's C specializer reads ``torch.Tensor`` from ``sys.modules`` on
+    each call while torch is not fully imported, without waiting for the thread
+    that imports it: a compile thread specializing while another one imports
+    torch (a ``WarmupTensor`` does, for its torch dtype) failed its key with
+    "partially initialized module 'torch' has no attribute 'Tensor'". The
+    threads of a warmup would import torch anyway (every ``WarmupTensor`` does,
+    and so does Triton's driver with a GPU), so doing it before they start
+    costs nothing they would not pay; it only orders it. ``import torch`` waits
+    for another thread's import of it, as the C specializer does not.
+    """
+    if _torch_settled() and "torch" in sys.modules:
+        return
+    if importlib.util.find_spec("torch") is None:
+        return
+    import torch  # noqa: F401 - imported for its side effect: torch fully in sys.modules
 
 
 def check() -> None:
