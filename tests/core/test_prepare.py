@@ -62,9 +62,13 @@ def test_the_setup_runs_in_a_background_thread_and_warmup_waits_for_it(backend, 
     with caplog.at_level("INFO", logger="warmkit._warmup.orchestrate"):
         report = warmkit.warmup(WarmupConfig(progress="off"), registry(ScaleKernel))
     waits = [r.getMessage() for r in caplog.records if "for the setup" in r.getMessage()]
-    assert len(waits) == 1 and float(waits[0].split("waited ")[1].split(" s")[0]) >= 0.25
+    assert len(waits) == 1
+    waited = float(waits[0].split("waited ")[1].split(" s")[0])
+    assert waited >= 0.25
     assert time.perf_counter() - t0 >= 0.3
-    assert report.seconds >= 0.3  # the wait is the warmup's, not hidden
+    # the wait is the warmup's, not hidden (the timer started before the warmup did, so the
+    # warmup itself can be a little under 0.3 s: 0.295 s in CI)
+    assert report.seconds >= waited
     assert [e.status for e in report.entries] == ["compiled", "compiled"]
     kinds = [kind for kind, _ in PreparingBackend.events]
     assert kinds == ["setup", "compile", "compile"]  # set up before its first compile
