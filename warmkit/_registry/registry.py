@@ -27,9 +27,15 @@ from .._plugin.contract import KernelClass
 from .._version import __version__
 from .identity import manifest_pins
 from .manifest.codec import _AS_IS, decode_value, encode_value
+from .manifest.entries import (
+    RecordedEntry,
+    parse_recorded,
+    read_manifest,
+    recorded_groups,
+    written_groups,
+)
 from .manifest.format import MANIFEST_FORMAT, MANIFEST_VERSION, check_header
-from .manifest.text import manifest_text, recorded_groups, write_atomic
-from .recorded import RecordedEntry, parse_recorded, read_manifest
+from .manifest.text import manifest_text, write_atomic
 from .registration import _CANON_AS_IS, Registration, _canon_point, _canon_space
 from .space import Choices, IntRange, ZipGroup, _names, check_keyword_names
 
@@ -291,7 +297,7 @@ class WarmupRegistry:
             pins = {**manifest_pins(self), **(self.pins or {})}
             if pins:
                 data["pins"] = dict(sorted(pins.items()))
-            text = manifest_text(data, self.recorded())
+            text = manifest_text(data, written_groups(self.recorded()))
         path.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(path, text)
         return path
