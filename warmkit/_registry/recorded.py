@@ -22,15 +22,8 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from .manifest.codec import decode_key, decode_value, encode_key, encode_value
-from .manifest.entries import (
-    RecordedEntry,
-    parse_recorded,
-    read_manifest,
-    read_recorded,
-    written_groups,
-)
-from .manifest.format import MANIFEST_FORMAT, MANIFEST_VERSION, check_header
-from .manifest.text import manifest_text, write_atomic
+from .manifest.document import read_recording, recording_file
+from .manifest.entries import RecordedEntry, read_recorded
 
 __all__ = [
     "RecordedEntry",
@@ -140,37 +133,14 @@ class Recorder:
     def _merge(self, entries: list[RecordedEntry]) -> None:
         from filelock import FileLock
 
-        from .._version import __version__
-
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with FileLock(str(self.path) + ".lock"):
-            data: dict[str, Any]
-            existed = self.path.exists()
-            if existed:
-                data, stored = read_manifest(self.path)
-                check_header(
-                    data, self.path, refusal="; refusing to record into it: choose another path"
-                )
-                # Checked, not copied blindly: a damaged entry is refused, never carried on.
-                existing = stored
-                if existing is None:
-                    existing = parse_recorded(data, path=self.path, keep=True)
-            else:
-                data = {
-                    "format": MANIFEST_FORMAT,
-                    "warmkit_version": __version__,
-                    "registrations": [],
-                }
-                existing = []
+            data, existing = read_recording(self.path)  # (None, []): no file yet
             have = {e.id for e in existing}
             added = [e for e in entries if e.id not in have]
-            if not added and existed:
+            if not added and data is not None:
                 return
-            # Written as version 2 (a version-1 file is upgraded; its registrations are the same).
-            data = {k: v for k, v in data.items() if k != "recorded"} | {
-                "version": MANIFEST_VERSION
-            }
-            write_atomic(self.path, manifest_text(data, written_groups(existing + added)))
+            recording_file(self.path, data, existing + added)
 
 
 def start_recording(path: str | os.PathLike[str]) -> Recorder:
