@@ -90,3 +90,83 @@ def test_the_length_check_sees_a_long_method(tmp_path):
     path = tmp_path / "probe.py"
     path.write_text(f"class A:\n    def f(self):\n{body}\n\n    def g(self):\n        pass\n")
     assert long_functions([path], tmp_path) == {"probe.py::A.f": MAX_FUNCTION_LINES + 1}
+
+
+#: Spellings of a manifest section's name outside ``manifest/`` that are not the section:
+#: (module, name) -> how many. A new one fails the test, and so does a stale count.
+SECTION_NAMES_ALLOWED: dict[tuple[str, str], int] = {
+    # the registry's attribute (getattr(registry, "pins")), and a "key" entry's spec field
+    # (the kernel's pins as recorded with the key, read back into a warmup's pins)
+    ("warmkit/_registry/identity.py", "pins"): 3,
+    # key_entry writes that spec field
+    ("warmkit/_registry/recorded.py", "pins"): 1,
+}
+
+
+def section_spellings(
+    paths: list[Path], names: set[str], root: Path = ROOT
+) -> dict[tuple[str, str], int]:
+    """(module, name) -> how many string literals (docstrings aside) spell a section ``name``.
+
+    A literal spells it when it is the name (``data["recorded"]``) or holds it in
+    JSON quotes (``'"recorded": ['``, the text of the document).
+    """
+    import ast
+
+    out: dict[tuple[str, str], int] = {}
+    for path in paths:
+        tree = ast.parse(path.read_text())
+        docstrings = {
+            id(node.body[0].value)
+            for node in ast.walk(tree)
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+            and node.body
+            and isinstance(node.body[0], ast.Expr)
+            and isinstance(node.body[0].value, ast.Constant)
+        }
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Constant) and isinstance(node.value, str)):
+                continue
+            if id(node) in docstrings:
+                continue
+            for name in names:
+                if node.value == name or f'"{name}"' in node.value:
+                    where = (path.relative_to(root).as_posix(), name)
+                    out[where] = out.get(where, 0) + 1
+    return out
+
+
+def manifest_section_names() -> set[str]:
+    """The manifest document's top-level sections, as its schema (every version) names them."""
+    from warmkit._registry.manifest import schema
+
+    return set(schema.MANIFEST_SCHEMA["properties"]) | set(schema._V1_SCHEMA["properties"])
+
+
+def test_only_the_manifest_package_spells_the_manifests_sections():
+    """The document has one home: a section's name is spelled in ``_registry/manifest/`` only."""
+    names = manifest_section_names()
+    assert {"format", "version", "registrations", "pins", "recorded"} <= names
+    home = ROOT / "warmkit" / "_registry" / "manifest"
+    paths = [p for p in ROOT.glob("warmkit/_registry/**/*.py") if home not in p.parents]
+    found = section_spellings(sorted(paths), names)
+    extra = {k: n for k, n in found.items() if n > SECTION_NAMES_ALLOWED.get(k, 0)}
+    assert not extra, (
+        "the manifest's sections are read and written in warmkit/_registry/manifest/ "
+        "(document.py, entries.py) only; move this there:\n"
+        + "\n".join(f"{path}: {name!r} x{n}" for (path, name), n in sorted(extra.items()))
+    )
+    stale = {k: n for k, n in SECTION_NAMES_ALLOWED.items() if found.get(k, 0) != n}
+    assert not stale, f"SECTION_NAMES_ALLOWED is stale (now {found}): update {sorted(stale)}"
+
+
+def test_the_section_check_sees_a_spelling_but_not_a_docstring(tmp_path):
+    path = tmp_path / "probe.py"
+    path.write_text(
+        '"""Reads the "recorded" section."""\n\n\n'
+        "def f(data):\n"
+        '    """data["pins"]"""\n'
+        '    return data["recorded"], \'\\n  "pins": [\', f"{data} recorded"\n'
+    )
+    found = section_spellings([path], {"recorded", "pins"}, tmp_path)
+    assert found == {("probe.py", "recorded"): 1, ("probe.py", "pins"): 1}

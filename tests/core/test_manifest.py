@@ -13,8 +13,9 @@ from hypothesis import strategies as st
 
 import warmkit
 from warmkit import RecordedEntry
+from warmkit._registry.manifest.entries import parse_recorded, read_manifest, written_groups
 from warmkit._registry.manifest.text import manifest_text, split_written
-from warmkit._registry.recorded import key_entry, parse_recorded, read_manifest
+from warmkit._registry.recorded import key_entry
 
 from . import _kernels
 
@@ -58,7 +59,7 @@ DATA = {"format": "warmkit.manifest", "version": 2, "registrations": []}
 @settings(max_examples=60)
 @given(entries_st)
 def test_what_is_written_is_read_back_as_the_json_reader_reads_it(tmp_path_factory, entries):
-    text = manifest_text(DATA, entries)
+    text = manifest_text(DATA, written_groups(entries))
     head, groups = split_written(text)
     assert head == DATA
     expected: dict[tuple[object, ...], list[tuple[str, str]]] = {}
@@ -173,7 +174,7 @@ def test_a_manifest_without_recorded_entries_is_read_as_json(tmp_path):
 def test_an_id_made_on_purpose_for_text_that_is_not_one_object_is_refused(tmp_path):
     import hashlib
 
-    from warmkit._registry.recorded import _id_parts
+    from warmkit._registry.manifest.entries import _id_parts
 
     path, entries = _saved(tmp_path)
     victim = entries[0]  # a "key" entry: its group's specs are parsed in one call

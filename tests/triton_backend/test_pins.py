@@ -303,7 +303,8 @@ def test_a_pinned_recording_warms_up_again_on_a_warm_cache(tmp_path: Path) -> No
 
 def _edit_recorded(recording: Path, out: Path, edit) -> Path:
     """A copy of ``recording`` with its entries edited, their ids made to match again (a forger's)."""
-    from warmkit._registry.recorded import _canonical, _entry_id
+    from warmkit._registry.manifest.codec import _canonical
+    from warmkit._registry.manifest.entries import _entry_id
 
     data = json.loads(recording.read_text())
     (group,) = data["recorded"]

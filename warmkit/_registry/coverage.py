@@ -27,7 +27,8 @@ from typing import Any
 import attrs
 
 from .._plugin.contract import SpecializationMap
-from .recorded import RecordedEntry, encode_key
+from .manifest.codec import encode_key
+from .manifest.entries import RecordedEntry
 
 __all__ = ["CoverageReport", "coverage"]
 

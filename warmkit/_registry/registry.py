@@ -1,38 +1,35 @@
-"""The scoped warmup registry and its manifest.
+"""The scoped warmup registry.
 
 Engine objects call ``kernel.register_warmup(**space)`` while they are built.
 That lands in the registry made active by ``registry.activate()`` (a
 ``ContextVar``, so it nests, and works in asyncio tasks); ``registry.bind(fn)``
 carries it into worker threads, where a ``ContextVar`` would otherwise be
 unset and registrations silently lost.
+
+A registry saves to and loads from a manifest: ``to_dict``, ``save``,
+``from_dict`` and ``load`` hand the document to ``manifest/document.py``;
+``save`` first refuses a kernel that another process could not replay.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import os
 import threading
 import warnings
 import weakref
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator
 from contextvars import ContextVar
-from operator import itemgetter
 from pathlib import Path
 from typing import Any, TypeVar
 
-import attrs
-
 from .._compat import gc_paused
-from .._exceptions import ManifestError, PluginLoadError, naming
+from .._exceptions import ManifestError, naming
 from .._plugin.contract import KernelClass
-from .._version import __version__
-from .identity import manifest_pins
-from .manifest.codec import _AS_IS, decode_value, encode_value
-from .manifest.format import MANIFEST_FORMAT, MANIFEST_VERSION, check_header
-from .manifest.text import manifest_text, recorded_groups, write_atomic
-from .recorded import RecordedEntry, parse_recorded, read_manifest
+from .manifest.document import manifest_dict, manifest_file, read_into
+from .manifest.entries import RecordedEntry, read_manifest
+from .registration import Registration, _canon_space
 from .space import Choices, IntRange, ZipGroup, _names, check_keyword_names
 
 __all__ = [
@@ -52,38 +49,6 @@ F = TypeVar("F", bound=Callable[..., Any])
 _PLAIN_SCALARS = (type(None), bool, int, float, str)
 
 _active: ContextVar[WarmupRegistry | None] = ContextVar("warmkit_registry", default=None)
-
-
-@attrs.frozen
-class Registration:
-    """One ``(kernel, space)`` registration.
-
-    Attributes:
-        kernel: the kernel's ``name``.
-        kernel_cls: the kernel class.
-        zip_groups: the coupled inputs, in order.
-        space: keyword axes, in insertion order.
-    """
-
-    kernel: str
-    kernel_cls: KernelClass = attrs.field(repr=False)
-    zip_groups: tuple[ZipGroup, ...]
-    space: Mapping[str, Any]
-    _instance: Any = attrs.field(default=None, repr=False, eq=False)
-
-    def kernel_instance(self) -> Any:
-        """The registering instance if it is still alive, else a fresh one."""
-        inst = self._instance() if self._instance is not None else None
-        if inst is not None:
-            return inst
-        try:
-            return self.kernel_cls()
-        except Exception as exc:
-            raise TypeError(
-                f"kernel {self.kernel!r}: cannot construct {self.kernel_cls.__qualname__}() to "
-                f"plan its registration ({type(exc).__name__}: {exc}); kernels must be "
-                "constructible with no arguments so that a manifest can be replayed"
-            ) from exc
 
 
 class WarmupRegistry:
@@ -247,61 +212,7 @@ class WarmupRegistry:
 
     def to_dict(self) -> dict[str, Any]:
         """The manifest as JSON-ready data (``recorded`` grouped, as version 2 writes it)."""
-        out = self._declared_dict()
-        if self.pins:
-            out["pins"] = self.pins
-        recorded = self.recorded()
-        if recorded:
-            out["recorded"] = recorded_groups(recorded)
-        return out
-
-    def _declared_dict(self) -> dict[str, Any]:
-        from .._plugin.discovery import kernel_ref
-
-        refs: dict[KernelClass, str] = {}
-        regs: list[dict[str, Any]] = []
-        run: tuple[KernelClass, tuple[str, ...]] | None = None  # the points of regs[-1], if any
-        for reg in self:
-            if reg.kernel_cls not in refs:
-                refs[reg.kernel_cls] = kernel_ref(reg.kernel_cls)
-            space = reg.space
-            if not reg.zip_groups and _CANON_AS_IS.issuperset(map(type, space.values())):
-                # Consecutive points of one kernel and names (a recording's shape): one
-                # registration of rows, each row a registration of its own on load.
-                names = tuple(space)
-                if run == (reg.kernel_cls, names):
-                    regs[-1]["points"]["rows"].append(list(space.values()))
-                    continue
-                run = (reg.kernel_cls, names)
-                points = {"names": list(names), "rows": [list(space.values())]}
-                regs.append({"kernel": refs[reg.kernel_cls], "name": reg.kernel, "points": points})
-                continue
-            run = None
-            regs.append(
-                {
-                    "kernel": refs[reg.kernel_cls],
-                    "name": reg.kernel,
-                    "zip": [
-                        {
-                            "names": list(g.names),
-                            "rows": [[encode_value(v) for v in r] for r in g.rows],
-                        }
-                        for g in reg.zip_groups
-                    ],
-                    "space": {k: _encode_axis(v) for k, v in reg.space.items()},
-                }
-            )
-        for i, written in enumerate(regs):  # a lone point is written as the registration it is
-            if "points" in written and len(written["points"]["rows"]) == 1:
-                names, (row,) = written["points"]["names"], written.pop("points")["rows"]
-                regs[i] = written | {"zip": [], "space": dict(zip(names, row, strict=True))}
-        out: dict[str, Any] = {
-            "format": MANIFEST_FORMAT,
-            "version": MANIFEST_VERSION,
-            "warmkit_version": __version__,
-            "registrations": regs,
-        }
-        return out
+        return manifest_dict(self)
 
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write the versioned JSON manifest atomically; returns the path.
@@ -319,15 +230,7 @@ class WarmupRegistry:
         path = Path(path)
         with one_scan():  # each kernel's ref is found and imported back: one scan for them all
             self._check_replayable(path)
-            data = self._declared_dict()
-            # This host's identity of each kernel, except what a loaded manifest pinned (the
-            # host it was saved on): re-saving elsewhere must not re-pin another host's values.
-            pins = {**manifest_pins(self), **(self.pins or {})}
-            if pins:
-                data["pins"] = dict(sorted(pins.items()))
-            text = manifest_text(data, self.recorded())
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(path, text)
+            manifest_file(self, path)
         return path
 
     def _check_replayable(self, path: Path) -> None:
@@ -380,98 +283,8 @@ class WarmupRegistry:
     ) -> WarmupRegistry:
         # keep: data was just read from a file, so recorded entries may keep their parsed specs;
         # entries: its recorded section, already read and checked (read_manifest)
-        from .._plugin.discovery import load_kernel
-        from .manifest.modules import check_kernel_ref
-        from .manifest.schema import validate_manifest
-
-        check_header(data, path)
-
-        validate_manifest(data, path=path)
         registry = cls()
-        registry.loaded = bool(data["registrations"])  # declared kernels from a manifest
-        if "pins" in data:
-            registry.pins = dict(data["pins"])
-        recorded = registry._recorded
-        if entries is None:
-            entries = parse_recorded(data, path=path, keep=keep)
-        for entry in entries:
-            recorded.setdefault(entry.id, entry)  # as add_recorded: the first of an id stays
-        # One lookup per kernel, not per entry: resolving a ref reads every installed
-        # distribution's entry points (~50 ms), and a recorded manifest has an entry per key.
-        classes: dict[str, KernelClass] = {}
-        # (class, input names) whose single-point registrations add() has checked once.
-        checked: dict[tuple[KernelClass, tuple[str, ...]], tuple[str, ...]] = {}
-        regs, new = registry._regs, Registration
-
-        def add_point(kernel_cls: KernelClass, space: dict[str, Any]) -> None:
-            if not _CANON_AS_IS.issuperset(map(type, space.values())):
-                registry.add(kernel_cls, **{k: decode_value(v) for k, v in space.items()})
-                return
-            # A point of plain scalars (a recording has one per key): the checks add()
-            # makes depend only on the class and the names, so they are made once per pair.
-            seen = (kernel_cls, tuple(space))
-            order = checked.get(seen)
-            if order is None:
-                registry.add(kernel_cls, **space)
-                checked[seen] = tuple(sorted(space))
-                return
-            ident = _canon_point(order, tuple([space[k] for k in order]))
-            regs.setdefault((kernel_cls.name, ident), new(kernel_cls.name, kernel_cls, (), space))
-
-        for i, entry in enumerate(data["registrations"]):
-            try:
-                ref = entry["kernel"]
-                kernel_cls = classes.get(ref)
-                if kernel_cls is None:
-                    check_kernel_ref(ref, path)  # a manifest names code: where may it come from
-                    kernel_cls = classes[ref] = load_kernel(ref)
-                if "points" in entry:  # version 2: rows of points, a registration each
-                    names = entry["points"]["names"]
-                    pair, order = (kernel_cls, tuple(names)), tuple(sorted(names))
-                    # the row's values in the order of the sorted names, for the identity
-                    pick = tuple if order == pair[1] else itemgetter(*map(names.index, order))
-                    name = kernel_cls.name
-                    known = pair in checked  # once checked, checked for the rest of the rows
-                    for j, row in enumerate(entry["points"]["rows"]):
-                        try:
-                            if known and _CANON_AS_IS.issuperset(map(type, row)):
-                                ident = _canon_point(order, pick(row))
-                                space = dict(zip(names, row))
-                                regs.setdefault((name, ident), new(name, kernel_cls, (), space))
-                            else:  # the first of these names (checked), or not plain
-                                add_point(kernel_cls, dict(zip(names, row, strict=True)))
-                                known = pair in checked
-                        except (ManifestError, PluginLoadError):
-                            raise
-                        except Exception as exc:
-                            raise ManifestError(
-                                f"registration {i}, point {j} {row!r} (kernel {ref!r}): {exc}",
-                                path=path,
-                            ) from exc
-                    continue
-                space = entry["space"]
-                if not entry.get("zip") and _CANON_AS_IS.issuperset(map(type, space.values())):
-                    add_point(kernel_cls, space if keep else dict(space))
-                    continue
-                groups = [
-                    ZipGroup(
-                        tuple(g["names"]),
-                        tuple(tuple(decode_value(v) for v in r) for r in g["rows"]),
-                    )
-                    for g in entry.get("zip", [])
-                ]
-                space = {
-                    k: v if type(v) in _AS_IS else _decode_axis(v)
-                    for k, v in entry.get("space", {}).items()
-                }
-                registry.add(kernel_cls, *groups, **space)
-            except (ManifestError, PluginLoadError):
-                raise  # a broken plugin is reported as such, with its distribution
-            except Exception as exc:
-                what = entry.get("kernel") if isinstance(entry, dict) else entry
-                raise ManifestError(
-                    f"registration {i} (kernel {what!r}): {exc}", path=path
-                ) from exc
+        read_into(registry, data, path, keep=keep, entries=entries)
         return registry
 
     @classmethod
@@ -617,91 +430,3 @@ def warn_unregistered(kernel: str, space: Any) -> None:
     # Also a Python warning: shown even where the application configured no logging
     # (warmkit's loggers have only a NullHandler then).
     warnings.warn(message, RuntimeWarning, stacklevel=3)
-
-
-# -- canonical form and JSON encoding ----------------------------------------------------
-# JSON has no tuple, and a tuple (one value) must never come back as a list
-# (alternatives), so non-scalar values are tagged.
-
-
-def _canon(v: Any) -> Any:
-    if type(v) in _CANON_AS_IS:
-        return (type(v).__name__, v)
-    if isinstance(v, tuple):
-        return ("tuple", tuple(_canon(x) for x in v))
-    if isinstance(v, float) and math.isnan(v):
-        return ("float", "nan")
-    # bool, int and float compare equal (True == 1 == 1.0) but are different kernels.
-    return (type(v).__name__, v)
-
-
-_CANON_AS_IS = frozenset({type(None), bool, int, str})
-
-
-def _canon_axis(v: Any) -> Any:
-    if type(v) in _CANON_AS_IS:
-        return (type(v).__name__, v)
-    if isinstance(v, IntRange):
-        if v.advance is None:
-            return ("IntRange", v.start, v.stop, v.step or 1)
-        return ("values", tuple(_canon(x) for x in v))
-    if isinstance(v, Choices):
-        return ("values", tuple(_canon(x) for x in v.values))
-    if isinstance(v, list):
-        return ("values", tuple(_canon(x) for x in v))
-    return _canon(v)
-
-
-def _canon_space(zip_groups: Sequence[ZipGroup], space: Mapping[str, Any]) -> tuple[Any, ...]:
-    if not zip_groups and _CANON_AS_IS.issuperset(map(type, space.values())):
-        names = tuple(sorted(space))
-        return _canon_point(names, tuple([space[k] for k in names]))
-    zips = (
-        tuple((g.names, tuple(tuple(_canon(x) for x in row) for row in g.rows)) for g in zip_groups)
-        if zip_groups
-        else ()
-    )
-    kws = tuple(
-        sorted(
-            [
-                (k, (type(v).__name__, v) if type(v) in _CANON_AS_IS else _canon_axis(v))
-                for k, v in space.items()
-            ]
-        )
-    )
-    return (zips, kws)
-
-
-def _canon_point(names: tuple[str, ...], values: tuple[Any, ...]) -> tuple[Any, ...]:
-    """A point of plain scalars (values in the order of the sorted names): its types beside.
-
-    The types keep True, 1 (and 1.0) apart, as ``_canon`` does; a recording adds
-    a point per key, so this form is cheap (no tuple per value).
-    """
-    return ("point", names, values, tuple(map(type, values)))
-
-
-def _encode_axis(v: Any) -> Any:
-    if isinstance(v, IntRange):
-        if v.advance is None:
-            return {"range": [v.start, v.stop, v.step or 1]}
-        # A function cannot be saved: the manifest keeps the values it produced.
-        return {"choices": [encode_value(x) for x in v]}
-    if isinstance(v, Choices):
-        return {"choices": [encode_value(x) for x in v.values]}
-    if isinstance(v, list):
-        return {"list": [encode_value(x) for x in v]}
-    return encode_value(v)
-
-
-def _decode_axis(v: Any) -> Any:
-    if isinstance(v, dict) and len(v) == 1:
-        ((tag, body),) = v.items()
-        if tag == "range":
-            start, stop, step = body
-            return IntRange(start, stop, step)
-        if tag == "choices":
-            return Choices(*(decode_value(x) for x in body))
-        if tag == "list":
-            return [decode_value(x) for x in body]
-    return decode_value(v)

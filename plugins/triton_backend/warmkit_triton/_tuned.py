@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from warmkit import current_fleet
-from warmkit._registry.recorded import write_atomic
+from warmkit._registry.manifest.text import write_atomic
 
 from . import _triton_api as api
 

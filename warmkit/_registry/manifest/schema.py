@@ -225,7 +225,7 @@ MANIFEST_SCHEMA: dict[str, Any] = {
         },
         "recorded": {
             "description": "runtime JIT events recorded by warmkit record, grouped (each "
-            "entry's id is checked by warmkit._registry.recorded.parse_recorded)",
+            "entry's id is checked by warmkit._registry.manifest.entries.parse_recorded)",
             "type": "array",
             "items": _RECORDED_GROUP,
         },
@@ -241,7 +241,7 @@ MANIFEST_SCHEMA: dict[str, Any] = {
 }
 
 # Version 1 (still read): the same, but a flat ``recorded`` list of entries, each checked
-# by warmkit._registry.recorded.RecordedEntry.from_dict.
+# by warmkit._registry.manifest.entries.RecordedEntry.from_dict.
 _V1_SCHEMA: dict[str, Any] = {
     **MANIFEST_SCHEMA,
     "properties": {
@@ -250,7 +250,7 @@ _V1_SCHEMA: dict[str, Any] = {
         "registrations": {"type": "array", "items": {"$ref": "#/$defs/registration"}},
         "recorded": {
             "description": "runtime JIT events recorded by warmkit record (checked entry by "
-            "entry by warmkit._registry.recorded.RecordedEntry.from_dict)",
+            "entry by warmkit._registry.manifest.entries.RecordedEntry.from_dict)",
             "type": "array",
             "items": {"type": "object"},
         },

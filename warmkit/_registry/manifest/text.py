@@ -7,8 +7,11 @@ whole: a 100,000-entry manifest is mostly that section, and its JSON was
 parsed, its specs encoded again (to check each id) and its entries checked
 against the schema, all per entry (B10, ``docs/performance.md``). It only
 splits: whoever calls it checks each entry's id against its spec text
-(``_record.read_manifest``), and any text in another form (reformatted,
+(``entries.read_manifest``), and any text in another form (reformatted,
 edited, of another writer) is parsed as JSON, the way it always was.
+
+It knows the text's layout, not what a group holds: ``entries.written_groups``
+makes the groups it writes, and reads the fields of those it splits.
 """
 
 from __future__ import annotations
@@ -24,17 +27,12 @@ from typing import Any
 from ..._exceptions import ManifestError
 
 __all__ = [
-    "GROUP_FIELDS",
     "manifest_text",
     "parse_manifest_text",
     "read_manifest_text",
-    "recorded_groups",
     "split_written",
     "write_atomic",
 ]
-
-# A version-2 group: the fields its entries share (the rest of RecordedEntry, but spec).
-GROUP_FIELDS = ("backend", "kind", "kernel", "name", "target", "replayable")
 
 _SECTION_OPEN = '\n  "recorded": [\n'
 _SECTION_CLOSE = "\n  ]\n}\n"
@@ -51,52 +49,25 @@ _GROUP = re.compile(
 )
 
 
-def recorded_groups(entries: Iterable[Any]) -> list[dict[str, Any]]:
-    """The version-2 ``recorded`` section: entries grouped by the fields they share.
+def manifest_text(data: Mapping[str, Any], groups: Iterable[tuple[Mapping[str, Any], Any]]) -> str:
+    """The manifest file: ``data`` (without ``recorded``), then ``groups`` as its recorded section.
 
-    Each group is ``{backend, kind, kernel, name, target, replayable[, reason],
-    entries: [[id, spec], ...]}``, in the order its first entry came; its
-    entries keep their order.
-    """
-    groups: dict[tuple[Any, ...], dict[str, Any]] = {}
-    for e in entries:
-        head = (e.backend, e.kind, e.kernel, e.name, e.target, e.replayable, e.reason)
-        group = groups.get(head)
-        if group is None:
-            group = groups[head] = dict(zip(GROUP_FIELDS, head, strict=False))
-            if e.reason is not None:
-                group["reason"] = e.reason
-            group["entries"] = []
-        group["entries"].append([e.id, e.spec])
-    return list(groups.values())
-
-
-def manifest_text(data: Mapping[str, Any], entries: Iterable[Any]) -> str:
-    """The manifest file: ``data`` (without ``recorded``) and ``entries`` as version-2 groups.
-
-    One line per recorded entry (a ``RecordedEntry``), its spec as the
-    canonical JSON already held (nothing is decoded and encoded again).
+    ``groups``: per group, its header (the fields its entries share,
+    ``entries.written_groups``) and its entries (``RecordedEntry``), each
+    written on one line as ``["<id>", <spec>]``, the spec the canonical JSON
+    the entry holds (nothing is decoded and encoded again). ``split_written``
+    reads back each header and each entry's ``(id, spec text)``.
 
     Raises:
         ValueError: data that is not JSON (NaN included).
     """
     text = json.dumps(data, indent=2, allow_nan=False)
-    groups: dict[tuple[Any, ...], list[str]] = {}
-    for e in entries:
-        head = (e.backend, e.kind, e.kernel, e.name, e.target, e.replayable, e.reason)
-        lines = groups.get(head)
-        if lines is None:
-            lines = groups[head] = []
-        lines.append(f'{_ENTRY_OPEN}{e.id}", {e.spec_json}]')
-    if not groups:
-        return text + "\n"
     parts = []
-    for head, lines in groups.items():
-        header = dict(zip(GROUP_FIELDS, head, strict=False))
-        if head[-1] is not None:
-            header["reason"] = head[-1]
-        body = ",\n".join(lines)
+    for header, entries in groups:
+        body = ",\n".join([f'{_ENTRY_OPEN}{e.id}", {e.spec_json}]' for e in entries])
         parts.append(f"    {json.dumps(header)[:-1]}{_ENTRIES_OPEN}\n{body}\n    ]}}")
+    if not parts:
+        return text + "\n"
     section = ",\n".join(parts)
     return f"{text[: text.rindex('}')].rstrip()},{_SECTION_OPEN}{section}{_SECTION_CLOSE}"
 
