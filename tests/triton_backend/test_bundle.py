@@ -129,13 +129,16 @@ def test_build_install_elsewhere_then_disk_hits_only(built, tmp_path):
     assert fp["target"] == TARGET and fp["triton_version"] and fp["python_abi"]
 
     dest = tmp_path / "serving-cache"  # another path than the build's cache
-    res = cli("bundle", "install", str(bundle), "--json", cache=dest)
+    res = cli("bundle", "install", str(bundle), "--json", cache=dest, PYTHONPROFILEIMPORTTIME="1")
     assert res.returncode == 0, res.stderr
     summary = json.loads(res.stdout)
     assert summary["installed"] == N_KEYS and summary["unchanged"] == summary["replaced"] == 0
     assert summary["directories"] == {"triton": str(dest)}
-    # the launchers need this host's CUDA driver: none here, said so (test_gpu builds them)
+    # the launchers need this host's CUDA driver: none here, said so (test_gpu builds them),
+    # known without Triton's driver selection, which imports torch (1.5 s of every install)
     assert "not built: no CUDA driver on this host" in summary["prepared"]["triton"]
+    imported = [line.rsplit("|", 1)[-1].strip() for line in res.stderr.splitlines()]
+    assert "triton" in imported and "torch" not in imported
     assert len(entries(dest)) == N_KEYS
     assert not list(dest.glob(".warmkit-staging-*"))
     assert check_aot_cache(dest) == []  # group files point into the new place

@@ -46,7 +46,7 @@ from typing import Any
 from warmkit._cache.integrity import quarantine, verify_entry_stamped, write_record
 
 from . import _triton_api as api
-from ._aot import AotArtifact, Target, cache_dir, parse_target, triton_key_digest
+from ._aot import AotArtifact, Target, cache_dir, parse_target, real_driver, triton_key_digest
 
 __all__ = [
     "AOT_RECORD",
@@ -466,7 +466,9 @@ def prepare_entries(directory: str | os.PathLike[str], entries: Sequence[str]) -
     if not recipes:
         return f"no launcher to build{tail}"
     try:
-        api.default_driver()  # makes cuda_utils once, before the launchers
+        # makes cuda_utils once, before the launchers; on a host without a GPU, real_driver
+        # says so without Triton's driver selection, whose AMD backend imports torch (1.5 s)
+        real_driver()
     except Exception as exc:  # noqa: BLE001 - no GPU driver here is a fact to report
         return (
             f"{len(recipes)} launcher(s) not built: no CUDA driver on this host ({exc}); "
