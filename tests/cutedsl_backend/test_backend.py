@@ -98,3 +98,19 @@ def test_unknown_targets_and_bad_inputs_are_refused():
         CuteDSLBackend().canonical_target("sm_80")
     with pytest.raises(ValueError, match="dtype"):
         VectorAdd().dispatch(n=8, dtype="int8")
+
+
+def test_a_host_without_a_gpu_names_no_target_without_importing_torch(tmp_path):
+    """``warmkit record``'s hint asks every backend for this host's target: CuTe DSL's answer
+    came from torch, 1.5 s to import on a CPU host, only to learn there is no GPU."""
+    from warmkit._plugin.contract import no_gpu_device
+
+    if not no_gpu_device():  # pragma: no cover - a GPU host
+        pytest.skip("this host has a GPU device node or a libcuda.so.1")
+    code = (
+        "import sys\n"
+        "from warmkit_cutedsl import CuteDSLBackend\n"
+        "print(CuteDSLBackend().default_target(), 'torch' in sys.modules)\n"
+    )
+    proc = run_child(code, tmp_path / "cute-cache")
+    assert proc.stdout.split()[-2:] == ["None", "False"]

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 HEAVY = "sorted(m for m in ('tilelang', 'tvm', 'cutlass') if m in sys.modules)"
 
 
@@ -46,3 +48,20 @@ def test_cache_info_and_verify_of_an_empty_tilelang_cache_import_no_dsl(tmp_path
         rc, heavy = json.loads(proc.stderr.strip().splitlines()[-1])
         assert (rc, heavy) == (0, []), proc.stderr
         assert "tilelang" in json.loads(proc.stdout)  # still listed, with its directory
+
+
+def test_a_host_without_a_gpu_names_no_target_without_importing_torch(tmp_path: Path) -> None:
+    """``bundle install`` and ``record`` ask every backend for this host's target: TileLang's
+    answer came from torch, 1.5 s to import on a CPU host, only to learn there is no GPU."""
+    from warmkit._plugin.contract import no_gpu_device
+
+    if not no_gpu_device():  # pragma: no cover - a GPU host
+        pytest.skip("this host has a GPU device node or a libcuda.so.1")
+    code = (
+        "import sys\n"
+        "from warmkit_tilelang import TileLangBackend\n"
+        "print(TileLangBackend().default_target(), 'torch' in sys.modules)\n"
+    )
+    proc = _child(code, tmp_path / "tl-cache")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["None", "False"]

@@ -26,6 +26,7 @@ import json
 import logging
 import os
 import shutil
+import sys
 import tempfile
 import threading
 from collections.abc import Iterator
@@ -33,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from warmkit import BackendStatus, Target
+from warmkit._plugin.contract import no_gpu_device
 
 from . import _cute_api as api
 from . import _hooks
@@ -65,6 +67,8 @@ def _arch(target: str | Target) -> str:
 
 
 def _device_target() -> str | None:
+    if "torch" not in sys.modules and no_gpu_device():
+        return None  # known without importing torch (1.5 s of a CPU host's command)
     try:
         import torch
 
@@ -83,8 +87,6 @@ def _source_identity(fn: Any) -> str:
     Not the function's own source: CuTe's preprocessor rewrites the function
     behind ``__wrapped__`` when it compiles, so that would change mid-process.
     """
-    import sys
-
     module = sys.modules.get(getattr(fn, "__module__", ""))
     try:
         text = Path(inspect.getfile(module)).read_bytes() if module is not None else b""

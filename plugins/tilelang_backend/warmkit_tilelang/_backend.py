@@ -22,11 +22,13 @@ import contextlib
 import importlib.util
 import logging
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from warmkit import BackendStatus, Target
+from warmkit._plugin.contract import no_gpu_device
 
 from . import _hooks
 from . import _tilelang_api as api
@@ -64,6 +66,8 @@ def _cuda_target(capability: tuple[int, int]) -> Target:
 
 
 def _device_capability() -> tuple[int, int] | None:
+    if "torch" not in sys.modules and no_gpu_device():
+        return None  # known without importing torch (1.5 s of a CPU host's command)
     try:
         import torch
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import ctypes
 import functools
 import hashlib
 import logging
@@ -31,6 +30,7 @@ from typing import Any
 import attrs
 
 import warmkit
+from warmkit._plugin.contract import no_gpu_device
 
 from . import _triton_api as api
 from ._triton_api import require_triton
@@ -325,29 +325,19 @@ def real_driver() -> Any:
     return active
 
 
-#: a GPU driver's device nodes: NVIDIA's (native; WSL2's /dev/dxg) and ROCm's
-_GPU_NODES = ("/dev/nvidiactl", "/dev/dxg", "/dev/kfd")
-
-
 @functools.cache
 def no_gpu_here() -> bool:
     """Whether no driver of Triton's own backends can be active here, known without asking Triton.
 
     Triton picks its driver by asking every backend whether it is active, and its
     AMD backend imports torch to answer: 1.5 s of a CPU build host's every command
-    went to learning that there is no GPU. With no NVIDIA or ROCm device node, no
-    loadable ``libcuda.so.1``, no ``TRITON_LIBCUDA_PATH`` and no backend but
-    ``nvidia`` and ``amd``, neither can be active. Anything else asks Triton.
+    went to learning that there is no GPU. With no GPU device at all
+    (``warmkit._plugin.contract.no_gpu_device``), no ``TRITON_LIBCUDA_PATH`` and no
+    backend but ``nvidia`` and ``amd``, neither can be active. Anything else asks Triton.
     """
     if set(api.backend_names()) - {"nvidia", "amd"} or os.environ.get("TRITON_LIBCUDA_PATH"):
         return False
-    if any(os.path.exists(node) for node in _GPU_NODES):
-        return False
-    try:
-        ctypes.CDLL("libcuda.so.1")
-    except OSError:
-        return True
-    return False
+    return no_gpu_device()
 
 
 def require_device(name: str) -> None:
