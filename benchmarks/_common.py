@@ -9,6 +9,7 @@ import platform
 import statistics
 import sys
 from collections.abc import Sequence
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -32,17 +33,25 @@ def machine() -> dict[str, Any]:
         "platform": platform.platform(),
     }
     for mod in ("warmkit", "triton", "torch"):
+        # from the installed metadata: importing torch only to read its version cost every
+        # benchmark's parent 1.5 s on the CPU box (its children are what is measured)
         try:
-            info[mod] = __import__(mod).__version__
-        except Exception:  # noqa: BLE001 -- a missing package is a fact, not an error
+            info[mod] = metadata.version(mod)
+        except metadata.PackageNotFoundError:  # a missing package is a fact, not an error
             info[mod] = None
+    from warmkit._plugin.contract import no_gpu_device  # here: "X alone" children import no warmkit
+
+    info["gpu"] = _gpu_name() if "torch" in sys.modules or not no_gpu_device() else None
+    return info
+
+
+def _gpu_name() -> str | None:
     try:
         import torch
 
-        info["gpu"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+        return torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
     except Exception:  # noqa: BLE001 -- no torch: no GPU to name
-        info["gpu"] = None
-    return info
+        return None
 
 
 def parser(description: str) -> argparse.ArgumentParser:
