@@ -14,7 +14,6 @@ must pass.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import functools
 import inspect
 import os
@@ -241,6 +240,8 @@ def no_gpu_device() -> bool:
     """
     if any(os.path.exists(node) for node in _GPU_NODES):
         return False
+    import ctypes  # here: 2 ms of ``import warmkit`` otherwise (B7)
+
     try:
         ctypes.CDLL("libcuda.so.1")
     except OSError:
