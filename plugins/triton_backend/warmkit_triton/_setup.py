@@ -56,7 +56,10 @@ def prepare(target: str | None) -> None:
     api.triton_key()
     try:
         api.prime_specializer()
-    except AttributeError as exc:  # the engine is importing torch meanwhile (settle_torch)
+    except AttributeError as exc:
+        if "partially initialized module 'torch'" not in str(exc):
+            raise
+        # the engine is importing torch meanwhile (settle_torch); the first key primes it
         logger.debug("prepare: the specializer's first call met a half-imported torch (%s)", exc)
     if target is not None and target != "interpreter":
         arch = validate_target(target).arch
@@ -99,11 +102,8 @@ def settle_torch() -> None:
     costs nothing they would not pay; it only orders it. ``import torch`` waits
     for another thread's import of it, as the C specializer does not.
     """
-    if _torch_settled() and "torch" in sys.modules:
-        return
-    if importlib.util.find_spec("torch") is None:
-        return
-    import torch  # noqa: F401 - imported for its side effect: torch fully in sys.modules
+    if not _torch_settled():  # installed, and not (fully) imported yet
+        import torch  # noqa: F401 - imported for its side effect: torch fully in sys.modules
 
 
 def check() -> None:
