@@ -43,10 +43,8 @@ if __name__ == "__main__":
 def _run(tmp_path: Path, code: str) -> subprocess.CompletedProcess[str]:
     manifest = tmp_path / "empty.json"
     warmkit.WarmupRegistry().save(manifest)
-    hook = tmp_path / "hook"
-    hook.mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith("WARMKIT_")}
-    env = hook_environment(dict(env, WARMKIT_MANIFEST=str(manifest)), str(hook))
+    env = hook_environment(dict(env, WARMKIT_MANIFEST=str(manifest)))
     script = tmp_path / "main.py"
     script.write_text(code)
     return subprocess.run(
@@ -155,10 +153,8 @@ def test_a_warmup_thread_may_import_site_while_the_hook_runs_inside_sites_import
     registry = warmkit.WarmupRegistry()
     registry.add(SiteKernel, n=[1, 2])
     manifest = registry.save(tmp_path / "site.json")
-    hook = tmp_path / "hook"
-    hook.mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith("WARMKIT_")}
-    env = hook_environment(dict(env, WARMKIT_MANIFEST=str(manifest)), str(hook))
+    env = hook_environment(dict(env, WARMKIT_MANIFEST=str(manifest)))
     env["PYTHONPATH"] += os.pathsep + str(tmp_path)
     proc = subprocess.run(
         [sys.executable, "-c", "print('command ran')"],
@@ -166,3 +162,32 @@ def test_a_warmup_thread_may_import_site_while_the_hook_runs_inside_sites_import
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert "command ran" in proc.stdout and "warmkit run: warmed 2 key(s)" in proc.stderr
+
+
+def test_warmkit_run_becomes_the_command_and_keeps_its_exit_status(tmp_path: Path) -> None:
+    """No second process waits beside the command: `warmkit run` execs it under the hook."""
+    manifest = warmkit.WarmupRegistry().save(tmp_path / "empty.json")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WARMKIT_")}
+    code = "import os, sys; print(os.getppid(), 'sitecustomize' in sys.modules); sys.exit(7)"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "warmkit", "run", "-m", str(manifest), "--", sys.executable, "-c", code],
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 7, err
+    assert out.split() == [str(os.getpid()), "True"], (out, err)
+    assert "warmkit run: warmed 0 key(s)" in err
+
+
+def test_warmkit_run_names_a_command_it_cannot_run(tmp_path: Path) -> None:
+    manifest = warmkit.WarmupRegistry().save(tmp_path / "empty.json")
+    script = tmp_path / "not-executable"
+    script.write_text("#!/bin/sh\n")
+    for cmd, why in ((str(script), "Permission denied"), ("no-such-command-wk", "No such file")):
+        proc = subprocess.run(
+            [sys.executable, "-m", "warmkit", "run", "-m", str(manifest), "--", cmd],
+            cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        assert proc.returncode != 0
+        assert f"cannot run {cmd!r}: {why}" in proc.stderr, proc.stderr
+        assert proc.stderr.count("cannot run") == 1

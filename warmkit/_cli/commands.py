@@ -439,23 +439,11 @@ def _command(args: argparse.Namespace) -> list[str]:
     return cmd
 
 
-def _run_child(cmd: list[str], env: dict[str, str]) -> int:
-    import subprocess
-
-    from .startup import hook_dir, hook_environment
-
-    with hook_dir() as tmp:
-        try:
-            return subprocess.run(cmd, env=hook_environment(env, tmp), check=False).returncode
-        except FileNotFoundError as exc:
-            raise FileNotFoundError(f"cannot run {cmd[0]!r}: {exc.strerror}") from exc
-
-
 def _cmd_record(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from .._registry.recorded import RecordedEntry, Recorder, expand_path, read_recorded
-    from .startup import nothing_recorded_hint, record_refusal
+    from .startup import nothing_recorded_hint, record_refusal, run_under_hook
 
     cmd = _command(args)
     refusal = record_refusal(os.environ)
@@ -470,7 +458,7 @@ def _cmd_record(args: argparse.Namespace) -> int:
     plain = expand_path(out, 0) if "{rank}" in str(out) else out
     if "{rank}" not in str(out) and plain.exists():
         before = {e.id for e in read_recorded(plain)}
-    rc = _run_child(cmd, env)
+    rc = run_under_hook(cmd, env)
     paths = (
         sorted(out.parent.glob(out.name.replace("{rank}", "*"))) if "{rank}" in out.name else [out]
     )
@@ -515,6 +503,8 @@ def _cmd_record(args: argparse.Namespace) -> int:
 def _cmd_run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from .startup import exec_under_hook
+
     cmd = _command(args)
     manifest = Path(args.manifest)
     if not manifest.is_file():
@@ -524,7 +514,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         env["WARMKIT_MONITOR"] = args.monitor
     if args.record:
         env["WARMKIT_RECORD"] = str(Path(args.record).absolute())
-    return _run_child(cmd, env)
+    exec_under_hook(cmd, env)
 
 
 def _cmd_explain(args: argparse.Namespace, bundle: str | None = None) -> int:

@@ -1,7 +1,7 @@
 """The startup hook of ``warmkit record`` and ``warmkit run``: zero-code adoption.
 
-Both commands run the user's command with a temporary directory prepended to
-``PYTHONPATH`` that holds one ``sitecustomize.py``. Python imports it at
+Both commands run the user's command with warmkit's ``_cli/hook`` folder prepended to
+``PYTHONPATH``: it holds one ``sitecustomize.py``. Python imports it at
 startup, before the command's own code, in the child process only (and in its
 Python children, which inherit ``PYTHONPATH``: the ranks of a launcher). It
 calls :func:`main`, which:
@@ -25,39 +25,62 @@ import importlib.util
 import logging
 import os
 import sys
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from .. import _envs
 from .._compat import site_import_done
 from .._warmup.report import not_in_report
 
-__all__ = ["hook_environment", "main", "nothing_recorded_hint", "record_refusal"]
+__all__ = [
+    "exec_under_hook",
+    "hook_environment",
+    "main",
+    "nothing_recorded_hint",
+    "record_refusal",
+    "run_under_hook",
+]
 
 logger = logging.getLogger(__name__)
 
-_HOOK = """\
-# Written by warmkit (warmkit record / warmkit run) for one child process; safe to delete.
-import warmkit._cli.startup
-
-warmkit._cli.startup.main(__file__)
-"""
+#: the folder of warmkit's ``sitecustomize.py``, shipped in the package: nothing to write or clean
+HOOK_DIR = str(Path(__file__).with_name("hook"))
 
 
-def hook_environment(env: dict[str, str], tmp: str) -> dict[str, str]:
-    """``env`` with a ``sitecustomize.py`` that calls :func:`main` first on ``PYTHONPATH``."""
-    path = Path(tmp, "sitecustomize.py")
-    path.write_text(_HOOK, encoding="utf-8")
+def hook_environment(env: dict[str, str]) -> dict[str, str]:
+    """``env`` with warmkit's ``sitecustomize.py``, which calls :func:`main`, first on ``PYTHONPATH``."""
     env = dict(env)
     old = env.get("PYTHONPATH")
-    env["PYTHONPATH"] = tmp if not old else tmp + os.pathsep + old
+    env["PYTHONPATH"] = HOOK_DIR if not old else HOOK_DIR + os.pathsep + old
     return env
 
 
-def hook_dir() -> tempfile.TemporaryDirectory[str]:
-    return tempfile.TemporaryDirectory(prefix="warmkit-startup-")
+def run_under_hook(cmd: list[str], env: dict[str, str]) -> int:
+    """Run ``cmd`` under the startup hook and wait for it (``record`` reads what it wrote)."""
+    import subprocess
+
+    try:
+        return subprocess.run(cmd, env=hook_environment(env), check=False).returncode
+    except FileNotFoundError as exc:
+        raise FileNotFoundError(f"cannot run {cmd[0]!r}: {exc.strerror}") from exc
+
+
+def exec_under_hook(cmd: list[str], env: dict[str, str]) -> NoReturn:
+    """Become ``cmd`` under the startup hook (``run``: nothing is left to do after it).
+
+    No second process waits beside the command: its exit status, signals and
+    terminal are its own, and the parent's teardown is not on its way.
+    """
+    env = hook_environment(env)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        os.execvpe(cmd[0], cmd, env)
+    except FileNotFoundError as exc:
+        raise FileNotFoundError(f"cannot run {cmd[0]!r}: {exc.strerror}") from exc
+    except PermissionError as exc:
+        raise PermissionError(f"cannot run {cmd[0]!r}: {exc.strerror}") from exc
 
 
 def _chain(hook_file: str) -> None:
