@@ -2,8 +2,9 @@
 
     python benchmarks/import_time.py [--out results.json] [--tiny]
 
-Three fresh-process measurements, each the median of --runs runs:
-  * ``import warmkit``;
+Fresh-process measurements, each the median of --runs runs:
+  * ``import warmkit`` (its names load on first use);
+  * ``import warmkit`` and every name of ``warmkit.__all__`` (what the eager package cost);
   * ``import warmkit`` + discovery of both entry-point groups (no plugin imported);
   * the same + loading the Triton backend plugin (imports triton).
 Subtracts the cost of starting an empty interpreter, measured the same way.
@@ -20,6 +21,9 @@ from _common import emit, parser, stats, table
 SNIPPETS = {
     "python -c pass (baseline)": "pass",
     "import warmkit": "import warmkit",
+    "import warmkit + every public name": (
+        "import warmkit; [getattr(warmkit, n) for n in warmkit.__all__]"
+    ),
     "import + discovery": (
         "import warmkit._plugin.discovery as p; p.discover(p.BACKENDS_GROUP); p.discover(p.KERNELS_GROUP)"
     ),

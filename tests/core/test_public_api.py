@@ -22,17 +22,22 @@ ROOT = Path(__file__).resolve().parents[2]
 def _public_names() -> list[str]:
     """What ``warmkit/__init__.py`` re-exports, read from its code (not a hand copy).
 
-    Every name it imports from its own modules, the lazily loaded bundle names,
-    ``monitor`` and ``__version__``.
+    Every name of its ``_LAZY`` table (each loaded from its module on first use) and
+    ``__version__``.
     """
+    return sorted({"__version__", *_lazy_table()})
+
+
+def _lazy_table() -> dict[str, str]:
+    """``warmkit/__init__.py``'s ``_LAZY``: public name -> the module it is imported from."""
     tree = ast.parse((ROOT / "warmkit" / "__init__.py").read_text())
-    names = {"__version__"}
     for node in tree.body:
-        if isinstance(node, ast.ImportFrom) and node.level == 1:
-            names.update(a.asname or a.name for a in node.names)
-        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) == "_LAZY":
-            names.update(ast.literal_eval(node.value))
-    return sorted(n for n in names if not n.startswith("_") or n == "__version__")
+        if isinstance(node, ast.AnnAssign) and getattr(node.target, "id", None) == "_LAZY":
+            assert node.value is not None
+            table = ast.literal_eval(node.value)
+            assert isinstance(table, dict)
+            return table
+    raise AssertionError("warmkit/__init__.py has no _LAZY table")
 
 
 PUBLIC = _public_names()
@@ -120,14 +125,26 @@ def test_all_is_exactly_the_public_names_sorted():
 
 def test_each_public_name_is_defined_where_init_imports_it_from():
     """Every re-exported name is in its module's own ``__all__`` (no accidental re-export)."""
-    tree = ast.parse((ROOT / "warmkit" / "__init__.py").read_text())
-    for node in tree.body:
-        if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module:
-            module = importlib.import_module(f"warmkit.{node.module}")
-            for alias in node.names:
-                assert alias.name in module.__all__, (
-                    f"{alias.name} is not in {module.__name__}.__all__"
-                )
+    for name, where in _lazy_table().items():
+        module = importlib.import_module(where, "warmkit")
+        if module.__name__ == f"warmkit.{name}":  # a public submodule (monitor, metrics)
+            continue
+        assert name in module.__all__, f"{name} is not in {module.__name__}.__all__"
+
+
+def test_import_warmkit_imports_none_of_its_modules_until_a_name_is_used():
+    """``import warmkit`` is ~1 ms: the CLI's ``warmkit run`` and the startup hook import
+    only what they use (B7). Checked in a fresh process."""
+    code = (
+        "import sys, warmkit\n"
+        "before = sorted(m for m in sys.modules if m.startswith('warmkit.'))\n"
+        "warmkit.WarmupConfig\n"
+        "print(before, 'warmkit._warmup.config' in sys.modules)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.strip() == "['warmkit._version'] True"
 
 
 @pytest.mark.parametrize("name", PUBLIC)
@@ -188,6 +205,8 @@ def test_py_typed_is_in_the_package_and_the_wheel(tmp_path):
     (wheel,) = tmp_path.glob("warmkit-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert "warmkit/py.typed" in names
+    # `warmkit run`/`record` put this folder on the command's PYTHONPATH
+    assert "warmkit/_cli/hook/sitecustomize.py" in names
     assert not [n for n in names if n.startswith(("plugins/", "tests/"))]
     entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
     text = zipfile.ZipFile(wheel).read(entry_points).decode()
