@@ -20,7 +20,9 @@ done
 cp .whl-dsl/1/*.whl .whl-dsl/2/*.whl /tmp/whl-dsl/
 cat .whl-dsl/2/*.part00 .whl-dsl/3/*.part01 .whl-dsl/3/*.part02 \
     > "/tmp/whl-dsl/$(basename .whl-dsl/2/*.part00 .part00)"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+# Byte-compiled, as a user's `pip install` is: the host may set PYTHONDONTWRITEBYTECODE, and
+# then every process would compile warmkit and the carried libraries from source again.
+python3 -m pip install -q --no-index --no-deps --no-cache-dir --upgrade \
     --target /tmp/site-dsl /tmp/whl-dsl/*.whl || exit 1
 # nvidia_cutlass_dsl finds its packages through a .pth file, which --target does not process.
 export PYTHONPATH=/tmp/site-dsl:/tmp/site-dsl/nvidia_cutlass_dsl/dsl_packages:$PWD/tests

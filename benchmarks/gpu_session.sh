@@ -43,7 +43,9 @@ export PYTHONUNBUFFERED=1
 OUT=${OUT:-out/gpu}
 RES=$(mktemp -d)
 mkdir -p "$OUT"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+# Byte-compiled, as a user's `pip install` is: the host may set PYTHONDONTWRITEBYTECODE, and
+# then every process would compile warmkit and the carried libraries from source again.
+python3 -m pip install -q --no-index --no-deps --no-cache-dir --upgrade \
     --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site
 {
