@@ -33,6 +33,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
+from .._plugin.components import component
 from .._plugin.contract import BundleCapable, FleetCapable, _Capability
 
 __all__ = [
@@ -56,6 +57,7 @@ logger = logging.getLogger(__name__)
 _KINDS = ("kernel", "source ", "global ", "key", "option ")
 
 
+@component("identity")
 @runtime_checkable
 class ExplainsMisses(_Capability, Protocol):
     """Optional: the factors of a key's cache identity and of an existing entry (``warmkit explain``)."""

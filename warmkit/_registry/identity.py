@@ -21,6 +21,7 @@ from collections.abc import Iterator, Mapping
 from contextvars import ContextVar
 from typing import Any, Protocol, runtime_checkable
 
+from .._plugin.components import component
 from .._plugin.contract import _Capability
 
 __all__ = [
@@ -40,6 +41,7 @@ _active: ContextVar[tuple[Mapping[str, Any], bool]] = ContextVar(
 )
 
 
+@component("identity")
 @runtime_checkable
 class PinsIdentity(_Capability, Protocol):
     """Optional: saves and reproduces the host-dependent inputs of a kernel's identity."""

@@ -48,6 +48,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from .. import _envs
 from .._exceptions import WorkerDiedError
+from .._plugin.components import component
 from .._plugin.contract import Prepares, _Capability, reports_cache_hit, target_scope
 
 __all__ = [
@@ -84,6 +85,7 @@ _pool_size = 0
 _atexit_registered = False
 
 
+@component("runtime")
 @runtime_checkable
 class ProcessCompiles(_Capability, Protocol):
     """A backend whose ahead-of-time compiles in another process are hits for its own compile."""
@@ -114,6 +116,7 @@ def _initializer(modules: list[str]) -> None:
 _classes: dict[str, type] = {}
 
 
+@component("runtime")
 @runtime_checkable
 class PrimesWorkers(_Capability, Protocol):
     """Optional, with ``ProcessCompiles``: pay in a fresh worker what its first compile would pay."""
