@@ -3,26 +3,35 @@ object that provides it, a component or, for a backend written against the flat 
 the backend itself.
 
 The split backends (``_split_backend.split``) have their cache and their monitor hooks only
-on components.
+on components; each integration test also runs with the flat fake, which must keep working.
 """
 
 from __future__ import annotations
 
 import inspect
+import json
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 import warmkit
+from warmkit import monitor
+from warmkit._cache.upkeep import cache_info
 from warmkit._plugin.components import COMPONENTS, capability, component, component_of
 from warmkit._plugin.contract import _Capability
+from warmkit.testing import backend_override
 
 from . import _bundle_backend, _fleet_backend, _split_backend
-from ._fleet_backend import FleetBackend
+from ._bundle_backend import BundleBackend, BundledKernel
+from ._fleet_backend import FleetBackend, FleetKernel
 from ._kernels import FakeBackend
-from ._split_backend import split
+from ._split_backend import Hooks, split
 
+TARGET = "fake:1"
+NS = [1, 2, 3]
 SplitFleet = split(FleetBackend)
+SplitBundle = split(BundleBackend)
 
 
 @pytest.fixture(autouse=True)
@@ -131,3 +140,70 @@ def test_what_a_missing_capability_is_looked_for_on():
     assert component_of(backend, warmkit.BundleCapable) is backend.cache
     assert component_of(backend, warmkit.PinsIdentity) is backend  # no identity component
     assert component_of(backend, warmkit.CanonicalTargets) is backend
+
+
+# -- the core through components, and through a flat backend ------------------------------------------
+
+
+def warm_host(backend_cls: type, root: Path, **config: object) -> warmkit.WarmupReport:
+    return _fleet_backend.warm_host(root, NS, backend_cls, **config)
+
+
+@pytest.mark.parametrize("backend_cls", [FleetBackend, SplitFleet], ids=["flat", "component"])
+def test_the_fleet_fetches_from_the_store_through_the_cache(backend_cls, tmp_path, redis_server):
+    first = warm_host(backend_cls, tmp_path / "a", store=redis_server.url)
+    assert [e.status for e in first.entries] == ["compiled"] * 3
+    second = warm_host(backend_cls, tmp_path / "b", store=redis_server.url)
+    assert [e.status for e in second.entries] == ["fetched"] * 3
+    assert [hit for *_, hit in FleetBackend.log] == [True] * 3  # nothing compiled on host b
+    for _staged, final in FleetBackend.relocated:  # relocated into b by the cache's own method
+        assert json.loads((final / "index.json").read_text())["self"] == str(final)
+    assert len(FleetBackend.relocated) == 3
+
+
+@pytest.mark.parametrize("backend_cls", [FleetBackend, SplitFleet], ids=["flat", "component"])
+def test_read_only_serving_refuses_a_miss_before_compiling_it(backend_cls, tmp_path):
+    """Only a backend whose entries the fleet addresses is refused before compiling (a backend
+    without would be compiled in memory first, then refused as not a cache hit)."""
+    with pytest.raises(warmkit.WarmupError) as info:
+        warm_host(backend_cls, tmp_path / "empty", read_only=True)
+    miss = info.value.__cause__
+    assert isinstance(miss, warmkit.CacheMissError) and miss.directory == str(tmp_path / "empty")
+    assert FleetBackend.log == []  # nothing compiled, not even in memory
+
+
+@pytest.mark.parametrize("backend_cls", [FleetBackend, SplitFleet], ids=["flat", "component"])
+def test_cache_info_reads_each_entry_through_the_cache(backend_cls, tmp_path):
+    warm_host(backend_cls, tmp_path / "c")
+    info = cache_info(backend_cls(), tmp_path / "c")
+    assert info["entries"] == 3 and list(info["kernels"]) == [FleetKernel.name]
+
+
+@pytest.mark.parametrize("backend_cls", [BundleBackend, SplitBundle], ids=["flat", "component"])
+def test_a_bundle_builds_and_installs_through_the_cache(backend_cls, tmp_path):
+    registry = warmkit.WarmupRegistry()
+    registry.add(BundledKernel, block=[16, 32], dtype=["float16"])
+    BundleBackend.root = tmp_path / "build-cache"
+    with backend_override("fakebundle", backend_cls()):
+        meta = warmkit.build_bundle(registry, tmp_path / "k.wkb", target=TARGET, progress="off")
+        assert meta["backends"]["fakebundle"]["fingerprint"]["target"] == TARGET
+        BundleBackend.root = tmp_path / "runtime-cache"
+        done = warmkit.install_bundle(tmp_path / "k.wkb", target=TARGET)
+    assert len(done.installed) == 2 and done.prepared == {"fakebundle": "2 entr(ies) prepared"}
+    assert {final.parent for _staged, final in BundleBackend.relocated} == {BundleBackend.root}
+
+
+@pytest.mark.parametrize(
+    "backend_cls", [FakeBackend, split(FakeBackend)], ids=["flat", "component"]
+)
+def test_the_monitor_installs_the_hooks_of_whatever_provides_them(backend_cls):
+    backend = backend_cls()
+    monitor.arm("warn")
+    with backend_override("fake", backend):
+        pass
+    monitor.disarm()
+    hooks = capability(backend, warmkit.MonitorHooks)
+    calls = Hooks.calls if isinstance(hooks, Hooks) else FakeBackend.monitor_calls
+    assert calls == ["install", "uninstall"]
+    if isinstance(hooks, Hooks):  # the cache component's own hooks are not the monitor's
+        assert FakeBackend.monitor_calls == []

@@ -22,8 +22,6 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from .._plugin.contract import FleetCapable
-
 __all__ = ["ColdPool"]
 
 
@@ -40,6 +38,8 @@ class ColdPool:
         config: Any = None,
     ) -> None:
         self._fleet, self._backend, self._target = fleet, backend, target
+        # whether the backend names its entries (a FleetCapable), asked once, not per key
+        self._names_entries = backend is not None and fleet.entries_of(backend) is not None
         self._items, self._jobs, self._config = items, jobs, config
         self._procs: Any = None
         self._decided = False
@@ -66,7 +66,7 @@ class ColdPool:
             with self._lock:
                 self._here.add(id(item))
             return (ek, files), None
-        if ek is None and isinstance(self._backend, FleetCapable):
+        if ek is None and self._names_entries:
             # This backend names its entries, but not this key's (an autotuned stack): unknown,
             # not cold, so compiled here unless a pool already runs. A backend that names none
             # (no FleetCapable) tells nothing warm apart: its first key starts the pool.
