@@ -24,7 +24,7 @@ from warmkit.testing import backend_override
 
 from . import _bundle_backend, _fleet_backend, _split_backend
 from ._bundle_backend import BundleBackend, BundledKernel
-from ._fleet_backend import FleetBackend, FleetKernel
+from ._fleet_backend import FILES, FleetBackend, FleetKernel
 from ._kernels import FakeBackend
 from ._split_backend import Hooks, split
 
@@ -177,6 +177,15 @@ def test_cache_info_reads_each_entry_through_the_cache(backend_cls, tmp_path):
     warm_host(backend_cls, tmp_path / "c")
     info = cache_info(backend_cls(), tmp_path / "c")
     assert info["entries"] == 3 and list(info["kernels"]) == [FleetKernel.name]
+
+
+def test_fleet_entry_files_is_still_static_and_asks_the_component(tmp_path):
+    """``warmkit.Fleet.entry_files(backend, ek)`` (public) keeps its form: a static method."""
+    warm_host(SplitFleet, tmp_path / "c")
+    backend = SplitFleet()
+    ek = backend.cache.entry_key(FleetKernel(), FleetKernel.CompileKey(1), TARGET)
+    assert set(warmkit.Fleet.entry_files(backend, ek)) == set(FILES)
+    assert warmkit.Fleet.entry_files(backend, None) is None
 
 
 @pytest.mark.parametrize("backend_cls", [BundleBackend, SplitBundle], ids=["flat", "component"])

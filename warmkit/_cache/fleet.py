@@ -404,12 +404,11 @@ class Fleet:
         """
         return self._entry_key(backend, kernel, key, target)
 
-    def entry_files(self, backend: Any, ek: str | None) -> Mapping[str, Path] | None:
+    @staticmethod
+    def entry_files(backend: Any, ek: str | None) -> Mapping[str, Path] | None:
         """The files of entry ``ek`` when it is complete in the local cache (loading it compiles nothing)."""
-        if ek is None:
-            return None
-        entries = self.entries_of(backend)
-        return None if entries is None else entries.entry_files(ek)
+        entries = None if ek is None else capability(backend, FleetCapable)
+        return None if entries is None or ek is None else entries.entry_files(ek)
 
     def entries_of(self, backend: object) -> FleetCapable | None:
         """What provides ``backend``'s ``FleetCapable`` (``capability``), looked up once per backend."""
