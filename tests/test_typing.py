@@ -30,8 +30,10 @@ DISTRIBUTIONS = [
 
 #: public callables (``public_callables``) whose parameters or return mention ``Any``; a
 #: change that adds one fails test_any_in_public_callables_does_not_grow: type it, or
-#: raise this number with a reason in the commit
-ANY_BUDGET = 93
+#: raise this number with a reason in the commit. 95: TritonBackend.identity_pins and
+#: key_factors (kernel: Any) were inherited from a base class the walk does not read; they
+#: are its own members since the backend became a compiler plus components
+ANY_BUDGET = 95
 
 
 def test_every_plugin_package_is_checked():

@@ -35,6 +35,7 @@ from . import metrics
 from ._envs import MONITOR_MODES
 from ._exceptions import RuntimeCompileError
 from ._plugin import discovery as _plugins
+from ._plugin.components import capability
 from ._plugin.contract import MonitorHooks, VarScope
 from ._plugin.contract import _target as _target_var
 
@@ -98,13 +99,16 @@ class MonitorEvent:
 
 
 def _hooked_backends() -> list[MonitorHooks]:
-    return [b for b in _plugins.loaded_backends() if isinstance(b, MonitorHooks)]
+    """The monitor hooks of every loaded backend that has them (``capability``)."""
+    hooks = (capability(b, MonitorHooks) for b in _plugins.loaded_backends())
+    return [h for h in hooks if h is not None]
 
 
 def _hook_up(backend: Any) -> None:
     """A backend loaded while the monitor is armed gets its hooks installed at once."""
-    if _mode != "off" and isinstance(backend, MonitorHooks):
-        backend.install_monitor()
+    hooks = capability(backend, MonitorHooks) if _mode != "off" else None
+    if hooks is not None:
+        hooks.install_monitor()
 
 
 def arm(mode: str = "warn") -> None:
@@ -127,8 +131,8 @@ def arm(mode: str = "warn") -> None:
         _recording_only = False
         _warned.clear()
     _plugins.load_backends_of_imported_dsls()
-    for backend in _hooked_backends():
-        backend.install_monitor()
+    for hooks in _hooked_backends():
+        hooks.install_monitor()
     logger.debug("monitor armed: %s", mode)
 
 
@@ -150,8 +154,8 @@ def disarm() -> None:
     global _mode
     with _lock:
         _mode = "off"
-    for backend in _hooked_backends():
-        backend.uninstall_monitor()
+    for hooks in _hooked_backends():
+        hooks.uninstall_monitor()
     logger.debug("monitor disarmed")
 
 

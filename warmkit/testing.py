@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ._plugin import discovery as _plugins
+from ._plugin.components import capability
 from ._plugin.contract import MonitorHooks
 
 __all__ = ["backend_override", "isolated_backends", "unload_backend"]
@@ -53,14 +54,14 @@ def backend_override(name: str, backend: Any) -> Iterator[Any]:
     previous = _plugins.swap_backend(name, backend)
     from . import monitor
 
-    hooked = monitor.mode() != "off" and isinstance(backend, MonitorHooks)
-    if hooked:
-        backend.install_monitor()
+    hooks = capability(backend, MonitorHooks) if monitor.mode() != "off" else None
+    if hooks is not None:
+        hooks.install_monitor()
     try:
         yield backend
     finally:
-        if hooked:
-            backend.uninstall_monitor()
+        if hooks is not None:
+            hooks.uninstall_monitor()
         _plugins.swap_backend(name, previous)
 
 

@@ -67,6 +67,23 @@ class FleetKernel(warmkit.JitKernel["FleetKernel.CompileKey"]):
         return self.CompileKey(n)
 
 
+def warm_host(
+    root: Path, ns: list[int], backend: type = FleetBackend, **config: Any
+) -> warmkit.WarmupReport:
+    """Warm ``ns`` of ``FleetKernel`` for ``fake:1`` as a fresh process on the host whose cache is
+    ``root`` would, with ``backend()`` as ``fakefleet`` (``FleetBackend``, or one built on it)."""
+    from warmkit.testing import backend_override
+
+    reset()
+    FleetBackend.root = root
+    registry = warmkit.WarmupRegistry()
+    registry.add(FleetKernel, n=ns)
+    with backend_override("fakefleet", backend()):
+        return warmkit.warmup(
+            warmkit.WarmupConfig(progress="off", target="fake:1", **config), registry
+        )
+
+
 def reset() -> None:
     FleetBackend.root = None
     FleetBackend.log = []

@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 import warmkit
-from warmkit.testing import backend_override
 
 from . import _fleet_backend
 from ._fleet_backend import FILES, FleetBackend, FleetKernel
@@ -32,14 +31,7 @@ def _fresh() -> Iterator[None]:
 
 def warm_host(root: Path, store: str, **config: object) -> warmkit.WarmupReport:
     """Warm ``NS`` as a fresh process on the host whose cache is ``root`` would."""
-    _fleet_backend.reset()
-    FleetBackend.root = root
-    registry = warmkit.WarmupRegistry()
-    registry.add(FleetKernel, n=NS)
-    with backend_override("fakefleet", FleetBackend()):
-        return warmkit.warmup(
-            warmkit.WarmupConfig(progress="off", target=TARGET, store=store, **config), registry
-        )
+    return _fleet_backend.warm_host(root, NS, store=store, **config)
 
 
 def entry_keys() -> list[str]:

@@ -43,6 +43,7 @@ import attrs
 
 from .. import _envs
 from .._exceptions import BundleError
+from .._plugin.components import capability, component_of
 from .._plugin.contract import (
     BundleCapable,
     CanonicalTargets,
@@ -62,18 +63,25 @@ BUNDLE_VERSION = 1
 _META = "bundle.json"
 
 
-def _bundle_backend(name: str, kernel: str | None = None) -> Any:
+def _bundle_backend(name: str, kernel: str | None = None) -> tuple[Any, BundleCapable]:
+    """Backend ``name`` and what provides its ``BundleCapable`` (``capability``).
+
+    Raises:
+        BundleError: it has none; the message names what its cache component (or
+            the backend itself) lacks.
+    """
     from .._plugin.discovery import get_backend
 
     backend = get_backend(name, kernel=kernel)
-    missing = missing_members(backend, BundleCapable)
-    if missing:
+    cache = capability(backend, BundleCapable)
+    if cache is None:
+        missing = missing_members(component_of(backend, BundleCapable), BundleCapable)
         raise BundleError(
             f"backend {name!r} does not support bundles (it lacks {', '.join(missing)} of "
             "warmkit.BundleCapable)",
             backend=name,
         )
-    return backend
+    return backend, cache
 
 
 def _read_meta(tar: tarfile.TarFile, path: Path) -> dict[str, Any]:
@@ -205,7 +213,7 @@ class BundleInstall:
 
 
 def _check_fingerprint(
-    name: str, recorded: dict[str, Any], here: dict[str, Any], path: Path
+    name: str, recorded: Mapping[str, Any], here: Mapping[str, Any], path: Path
 ) -> None:
     for field in sorted(set(recorded) | set(here)):
         if recorded.get(field) != here.get(field):
@@ -279,10 +287,10 @@ def install_bundle(
         # backend, and only then publish: a refusal anywhere installs nothing of the bundle.
         plans = []
         for name, info in meta["backends"].items():
-            backend = _bundle_backend(name)
+            backend, cache = _bundle_backend(name)
             here = _serving_target(backend, name, meta.get("target"), serving, p)
-            _check_fingerprint(name, info["fingerprint"], backend.cache_fingerprint(here), p)
-            dest = Path((cache_dirs or {}).get(name) or backend.cache_dir())
+            _check_fingerprint(name, info["fingerprint"], cache.cache_fingerprint(here), p)
+            dest = Path((cache_dirs or {}).get(name) or cache.cache_dir())
             plans.append((name, backend, dest, {e["path"]: e for e in info["entries"]}))
         stagings: list[Path] = []
         try:
@@ -302,9 +310,9 @@ def install_bundle(
             for staging in stagings:
                 shutil.rmtree(staging, ignore_errors=True)
     prepared = {
-        name: _prepare_entries(name, backend, dest, expected)
+        name: _prepare_entries(name, preparer, dest, expected)
         for name, backend, dest, expected in plans
-        if isinstance(backend, PreparesEntries)
+        if (preparer := capability(backend, PreparesEntries)) is not None
     }
     logger.info(
         "bundle %s: %d entr(ies) installed, %d unchanged, %d replaced%s",
@@ -319,7 +327,9 @@ def install_bundle(
     )
 
 
-def _prepare_entries(name: str, backend: Any, dest: Path, expected: dict[str, Any]) -> str:
+def _prepare_entries(
+    name: str, preparer: PreparesEntries, dest: Path, expected: dict[str, Any]
+) -> str:
     """The backend's ``prepare_entries`` over every entry of the bundle; a failure is a warning.
 
     The entries are published and sound either way: what preparing builds,
@@ -329,7 +339,7 @@ def _prepare_entries(name: str, backend: Any, dest: Path, expected: dict[str, An
 
     entries = sorted({PurePosixPath(r).parts[0] for r in expected})
     try:
-        summary = call_hook(name, "prepare_entries", backend.prepare_entries, dest, entries)
+        summary = call_hook(name, "prepare_entries", preparer.prepare_entries, dest, entries)
     except Exception as exc:  # noqa: BLE001 - a plugin's failure is reported, never hidden
         summary = (
             f"not prepared: {exc} (the runtime builds what is missing at its first load of "
@@ -356,7 +366,8 @@ def _serving_target(
             built or "its build host's device",
         )
         return built
-    spell = backend.canonical_target if isinstance(backend, CanonicalTargets) else str
+    targets = capability(backend, CanonicalTargets)
+    spell = targets.canonical_target if targets is not None else str
     if built is not None and spell(built) != spell(serving):
         raise BundleError(
             f"bundle was built for target {spell(built)} but is installed to serve "
@@ -461,7 +472,9 @@ def _copy_member(src: Any, dst: Path | None, name: str, key: str, path: Path) ->
 
 
 def _publish(backend: Any, staged: Path, final: Path, expected: dict[str, Any], entry: str) -> str:
-    backend.relocate_cache_entry(staged, final)
+    cache = capability(backend, BundleCapable)
+    assert cache is not None  # install_bundle's and the fleet's backends have bundles
+    cache.relocate_cache_entry(staged, final)
     # The record is taken after relocation: it is what the runtime will read.
     write_record(staged)
     problems = verify_entry(staged, entry_check(backend))

@@ -59,6 +59,7 @@ from .._exceptions import (
     StoreUnavailableError,
     WarmkitError,
 )
+from .._plugin.components import capability
 from .._plugin.contract import FleetCapable, reports_cache_hit
 from .misses import miss_reason
 from .stores.base import (
@@ -100,10 +101,6 @@ def current_fleet() -> Fleet | None:
     return _current.get()
 
 
-def _supports_entries(backend: Any) -> bool:
-    return isinstance(backend, FleetCapable)
-
-
 def _read_files(files: Mapping[str, Path]) -> dict[str, bytes]:
     return {name: Path(p).read_bytes() for name, p in files.items()}
 
@@ -113,6 +110,7 @@ class _Job:
     """One key on its way through the fleet: what each step of :meth:`Fleet.compile` names."""
 
     backend: Any
+    entries: FleetCapable  # the backend's (``capability``)
     kernel: Any
     key: Any
     target: str | None
@@ -151,9 +149,9 @@ class Fleet:
         self._stop = threading.Event()
         self._renewer: threading.Thread | None = None
         self._checked_dirs: set[Path] = set()
-        # id(backend) -> (backend, whether it has cache entries): one capability check per
-        # backend, not per key; the reference keeps the id from being reused meanwhile
-        self._entries: dict[int, tuple[Any, bool]] = {}
+        # id(backend) -> (backend, what provides its FleetCapable, or None): one capability
+        # lookup per backend, not per key; the reference keeps the id from being reused meanwhile
+        self._entries: dict[int, tuple[Any, FleetCapable | None]] = {}
         self.counts: dict[str, int] = {}
         #: store key -> why its entry was refused (the report's ``store_refused``).
         self.refused: dict[str, str] = {}
@@ -376,22 +374,23 @@ class Fleet:
                 )
             return executor, "cached" if hit else "compiled"
 
-        name = type(kernel).name
-        job = _Job(backend, kernel, key, target, name, ek, f"{backend.name}/{ek}")
-        if (backend.entry_files(ek) if files is _ASK else files) is not None:
+        name, entries = type(kernel).name, self.entries_of(backend)
+        assert entries is not None  # an entry key came from it
+        job = _Job(backend, entries, kernel, key, target, name, ek, f"{backend.name}/{ek}")
+        if (entries.entry_files(ek) if files is _ASK else files) is not None:
             return self._load(job, "cached")
         if self.read_only:
             raise CacheMissError(
                 f"read-only serving: kernel {name!r} key {key!r} (entry {ek}) is not in the cache "
-                f"{backend.cache_dir()}; nothing may be compiled or written. Add the key to the "
+                f"{entries.cache_dir()}; nothing may be compiled or written. Add the key to the "
                 "bundle baked into the image, or drop read_only (WARMKIT_READ_ONLY)",
                 kernel=name,
                 key=key,
-                directory=str(backend.cache_dir()),
+                directory=str(entries.cache_dir()),
                 reason=miss_reason(backend, kernel, key, target),
             )
-        with self._host_lock(backend, ek, name, key) as waited:
-            if waited and backend.entry_files(ek) is not None:
+        with self._host_lock(entries, ek, name, key) as waited:
+            if waited and entries.entry_files(ek) is not None:
                 return self._load(job, "waited")
             if self.store is None:
                 return self._produce(job, None)
@@ -406,29 +405,31 @@ class Fleet:
         return self._entry_key(backend, kernel, key, target)
 
     @staticmethod
-    def entry_files(backend: Any, ek: str | None) -> dict[str, Path] | None:
+    def entry_files(backend: Any, ek: str | None) -> Mapping[str, Path] | None:
         """The files of entry ``ek`` when it is complete in the local cache (loading it compiles nothing)."""
-        return None if ek is None else backend.entry_files(ek)
+        entries = None if ek is None else capability(backend, FleetCapable)
+        return None if entries is None or ek is None else entries.entry_files(ek)
 
-    def _entry_key(self, backend: Any, kernel: Any, key: Any, target: str | None) -> str | None:
-        if backend is None:
-            return None
+    def entries_of(self, backend: object) -> FleetCapable | None:
+        """What provides ``backend``'s ``FleetCapable`` (``capability``), looked up once per backend."""
         known = self._entries.get(id(backend))
         if known is None:
-            known = self._entries[id(backend)] = (backend, _supports_entries(backend))
-        if not known[1]:
-            return None
-        if kernel._warmkit_in_memory(key, target):
+            known = self._entries[id(backend)] = (backend, capability(backend, FleetCapable))
+        return known[1]
+
+    def _entry_key(self, backend: Any, kernel: Any, key: Any, target: str | None) -> str | None:
+        entries = None if backend is None else self.entries_of(backend)
+        if entries is None or kernel._warmkit_in_memory(key, target):
             return None
         # A kernel whose compile() does not use the backend's entry is caught by _load():
         # it reports what its executor says (cache_hit), never a status it did not earn.
-        ek = backend.entry_key(kernel, key, target)
+        ek = entries.entry_key(kernel, key, target)
         if ek is not None and not self.read_only:
-            self._check_writable(backend)
+            self._check_writable(backend.name, entries)
         return ek
 
-    def _check_writable(self, backend: Any) -> None:
-        directory = Path(backend.cache_dir())
+    def _check_writable(self, backend: str, entries: FleetCapable) -> None:
+        directory = Path(entries.cache_dir())
         if directory in self._checked_dirs:
             return
         try:
@@ -437,7 +438,7 @@ class Fleet:
                 pass
         except OSError as exc:
             raise WarmkitError(
-                f"the {backend.name} cache directory {directory} is not writable ({exc}). For a "
+                f"the {backend} cache directory {directory} is not writable ({exc}). For a "
                 "read-only cache baked into an image, warm up with read_only=True "
                 "(WARMKIT_READ_ONLY=1); otherwise point the cache at a writable directory"
             ) from exc
@@ -459,11 +460,11 @@ class Fleet:
         return executor, status
 
     @contextlib.contextmanager
-    def _host_lock(self, backend: Any, ek: str, name: str, key: Any) -> Iterator[bool]:
+    def _host_lock(self, entries: FleetCapable, ek: str, name: str, key: Any) -> Iterator[bool]:
         """Hold the host's lock for ``ek``; yields True when another process held it first."""
         from filelock import FileLock, Timeout
 
-        lock = FileLock(Path(backend.cache_dir()) / LOCK_DIR / f"{ek}.lock", thread_local=False)
+        lock = FileLock(Path(entries.cache_dir()) / LOCK_DIR / f"{ek}.lock", thread_local=False)
         waited = False
         try:
             lock.acquire(timeout=0)
@@ -531,7 +532,7 @@ class Fleet:
         try:
             executor, hit = job.compile()
             if self.store is not None:
-                files = job.backend.entry_files(job.ek)
+                files = job.entries.entry_files(job.ek)
                 if files is None:
                     logger.warning(
                         "kernel %s key %r: no complete local entry %s after compiling; not "
@@ -547,7 +548,7 @@ class Fleet:
                         kernel=job.name,
                         warmkit_key=repr(job.key),
                         target=job.target,
-                        fingerprint=job.backend.cache_fingerprint(job.target),
+                        fingerprint=job.entries.cache_fingerprint(job.target),
                     )
         finally:
             if lease is not None:
@@ -567,7 +568,9 @@ class Fleet:
         Returns:
             True when the entry is now in the local cache.
         """
-        allowed = backend.entry_file_allowed
+        entries = self.entries_of(backend)
+        assert entries is not None  # only the keys of a backend with entries reach the store
+        allowed = entries.entry_file_allowed
         entry = entry or self._fetch_entry(store_key, allowed)
         if entry is None:
             return False
@@ -578,7 +581,7 @@ class Fleet:
             self._refuse(store_key, entry, "; ".join(problems))
             return False
         recorded = entry.meta.get("fingerprint")
-        here = backend.cache_fingerprint(target)
+        here = entries.cache_fingerprint(target)
         if recorded != here:
             diff = sorted(
                 f for f in set(recorded or {}) | set(here) if (recorded or {}).get(f) != here.get(f)
@@ -592,7 +595,7 @@ class Fleet:
             return False
         from .bundle import _publish
 
-        final = Path(backend.entry_dir(ek))
+        final = Path(entries.entry_dir(ek))
         final.parent.mkdir(parents=True, exist_ok=True)
         staged = Path(tempfile.mkdtemp(prefix=".warmkit-fetch-", dir=final.parent))
         try:
@@ -663,7 +666,8 @@ def provenance_problems(backend: Any, entry: Path, trusted: dict[str, Any]) -> l
         meta, key = doc["meta"], doc["key"]
         listed: dict[str, dict[str, Any]] = dict(meta["files"])
         rewritten: dict[str, dict[str, Any]] = dict(doc.get("rewritten") or {})
-        ek = backend.entry_key_of(entry) if isinstance(backend, FleetCapable) else None
+        entries = capability(backend, FleetCapable)
+        ek = entries.entry_key_of(entry) if entries is not None else None
         if ek is not None and (key != f"{backend.name}/{ek}" or meta.get("key") != key):
             return [f"came from store entry {meta.get('key')!r}, not this entry's key"]
         problems = _signature_problems(key, meta, trusted)

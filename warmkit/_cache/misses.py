@@ -33,6 +33,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
+from .._plugin.components import capability, component
 from .._plugin.contract import BundleCapable, FleetCapable, _Capability
 
 __all__ = [
@@ -56,6 +57,7 @@ logger = logging.getLogger(__name__)
 _KINDS = ("kernel", "source ", "global ", "key", "option ")
 
 
+@component("identity")
 @runtime_checkable
 class ExplainsMisses(_Capability, Protocol):
     """Optional: the factors of a key's cache identity and of an existing entry (``warmkit explain``)."""
@@ -212,9 +214,10 @@ def _fingerprint_order(fields: Sequence[str]) -> list[str]:
 def fingerprint_miss(
     entries: Entries, backend: Any, target: str | None
 ) -> tuple[str, str, str] | None:
-    if entries.fingerprint is None:
+    cache = capability(backend, BundleCapable)
+    if entries.fingerprint is None or cache is None:
         return None
-    here = backend.cache_fingerprint(target)
+    here = cache.cache_fingerprint(target)
     fields = list(entries.fingerprint) + [f for f in here if f not in entries.fingerprint]
     for field in _fingerprint_order(fields):
         there_v, here_v = entries.fingerprint.get(field), here.get(field)
@@ -233,14 +236,15 @@ def explain_key(
     factors: dict[str, Mapping[str, str]],
 ) -> Explanation:
     name, text = kernel_name(kernel), repr(key)
-    if not isinstance(backend, FleetCapable):
+    fleet = capability(backend, FleetCapable)
+    if fleet is None:
         return Explanation(
             backend_name, name, text, "unknown",
             f"backend {backend_name!r} cannot name a key's entry without compiling it; only its "
             "fingerprint was checked",
         )  # fmt: skip
     try:
-        ek = backend.entry_key(kernel, key, target)
+        ek = fleet.entry_key(kernel, key, target)
     except Exception as exc:  # noqa: BLE001 -- e.g. a pinned identity this host cannot build
         return Explanation(backend_name, name, text, "miss", f"{type(exc).__name__}: {exc}")
     if ek is None:
@@ -249,14 +253,16 @@ def explain_key(
             "its entry cannot be known without compiling (autotuned, in memory, or its "
             "function does not import here)",
         )  # fmt: skip
-    entry = Path(backend.entry_dir(ek)).name
+    entry = Path(fleet.entry_dir(ek)).name
     if entry in entries.files:
         return Explanation(backend_name, name, text, "hit", entry=entry)
-    if not isinstance(backend, ExplainsMisses):
+    explains = capability(backend, ExplainsMisses)
+    if explains is None:
         return Explanation(
             backend_name, name, text, "miss", f"no entry {entry} in the {entries.label}"
         )
-    reason, near = _nearest_reason(backend, kernel, key, target, entries, factors, entry)
+    here = target if target is not None else backend.default_target()
+    reason, near = _nearest_reason(explains, fleet, kernel, key, here, entries, factors, entry)
     if near is None or not near[1]:
         return Explanation(backend_name, name, text, "miss", reason, entry=near and near[0])
     ent, factor, there_v, here_v = near
@@ -264,7 +270,8 @@ def explain_key(
 
 
 def _nearest_reason(
-    backend: Any,
+    explains: ExplainsMisses,
+    cache: BundleCapable,
     kernel: Any,
     key: Any,
     target: str | None,
@@ -272,11 +279,12 @@ def _nearest_reason(
     factors: Mapping[str, Mapping[str, str]],
     entry: str | None,
 ) -> tuple[str, tuple[str, str, str, str] | None]:
-    """The one-line reason of a miss, and ``(entry, factor, there, here)`` when an entry was near."""
-    if target is None:  # this host's device: its target is what the entries record
-        target = backend.default_target()
-    here = dict(backend.key_factors(kernel, key, target))
-    fp = _fingerprint_order(list(entries.fingerprint or backend.cache_fingerprint(target)))
+    """The one-line reason of a miss, and ``(entry, factor, there, here)`` when an entry was near.
+
+    ``target``: for this host's device, its ``default_target()`` (what the entries record).
+    """
+    here = dict(explains.key_factors(kernel, key, target))
+    fp = _fingerprint_order(list(entries.fingerprint or cache.cache_fingerprint(target)))
     near = nearest_difference(here, factors, fp)
     if near is None:
         return f"the {entries.label} has no entry of kernel {kernel_name(kernel)}", None
@@ -293,20 +301,23 @@ def miss_reason(backend: Any, kernel: Any, key: Any, target: str | None) -> str 
     What the monitor's warning and a read-only ``CacheMissError`` carry;
     computed only on a miss (it reads the cache's entry records). Never raises.
     """
-    if not (isinstance(backend, ExplainsMisses) and isinstance(backend, BundleCapable)):
+    explains, cache = capability(backend, ExplainsMisses), capability(backend, BundleCapable)
+    if explains is None or cache is None:
         return None
     try:
-        entries = cache_entries(Path(backend.cache_dir()))
-        factors = entry_factor_map(backend, entries)
-        return _nearest_reason(backend, kernel, key, target, entries, factors, None)[0]
+        entries = cache_entries(Path(cache.cache_dir()))
+        factors = entry_factor_map(explains, entries)
+        here = target if target is not None else backend.default_target()
+        return _nearest_reason(explains, cache, kernel, key, here, entries, factors, None)[0]
     except Exception as exc:  # noqa: BLE001 -- a reason is a courtesy; the miss is reported anyway
         logger.debug("no miss reason for %s %r: %s", kernel_name(kernel), key, exc)
         return None
 
 
-def entry_factor_map(backend: Any, entries: Entries) -> dict[str, Mapping[str, str]]:
+def entry_factor_map(explains: ExplainsMisses, entries: Entries) -> dict[str, Mapping[str, str]]:
+    """Each entry's factors (``ExplainsMisses.entry_factors``); an entry not of the backend's is left out."""
     factors: dict[str, Mapping[str, str]] = {}
     for name, files in entries.files.items():
         with contextlib.suppress(ValueError, KeyError, TypeError):
-            factors[name] = dict(backend.entry_factors(files))
+            factors[name] = dict(explains.entry_factors(files))
     return factors

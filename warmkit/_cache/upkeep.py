@@ -29,6 +29,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from .._plugin.components import capability
 from .._plugin.contract import FleetCapable
 from .fleet import Fleet
 from .integrity import iter_entries
@@ -77,11 +78,11 @@ def parse_age(text: str) -> float:
     return float(m.group(1)) * _AGE_UNITS[m.group(2).lower()]
 
 
-def _entry(backend: Any, directory: Path) -> dict[str, Any]:
+def _entry(entries: FleetCapable | None, directory: Path) -> dict[str, Any]:
     files = [p for p in directory.rglob("*") if p.is_file()]
     info = {"kernel": "?", "target": None, "stale": None}
-    if isinstance(backend, FleetCapable):
-        info |= backend.entry_info(directory)
+    if entries is not None:
+        info |= entries.entry_info(directory)
     return info | {
         "name": directory.name,
         "bytes": sum(p.stat().st_size for p in files),
@@ -92,7 +93,8 @@ def _entry(backend: Any, directory: Path) -> dict[str, Any]:
 
 def cache_info(backend: Any, root: str | os.PathLike[str]) -> dict[str, Any]:
     """Entries, bytes, per kernel, and the stale entries of one backend's cache directory."""
-    entries = [_entry(backend, e) for e in iter_entries(root)]
+    fleet = capability(backend, FleetCapable)
+    entries = [_entry(fleet, e) for e in iter_entries(root)]
     kernels: dict[str, dict[str, int]] = {}
     for e in entries:
         k = kernels.setdefault(e["kernel"], {"entries": 0, "bytes": 0, "stale": 0})
@@ -143,7 +145,8 @@ def prune_cache(
     if max_size is None and older_than is None and not stale:
         raise ValueError("prune needs --max-size, --older-than or --stale")
     keep = keep or {}
-    entries = sorted((_entry(backend, e) for e in iter_entries(root)), key=lambda e: e["used"])
+    fleet = capability(backend, FleetCapable)
+    entries = sorted((_entry(fleet, e) for e in iter_entries(root)), key=lambda e: e["used"])
     kept_bytes = sum(e["bytes"] for e in entries if e["name"] in keep)
     if max_size is not None and kept_bytes > max_size:
         raise ValueError(
@@ -190,40 +193,53 @@ def push_cache(
     Raises:
         StoreUnavailableError: the store cannot be reached.
     """
-    with _scope(backend, root):
-        return _push(backend, url)
+    entries = _fleet_entries(backend)
+    with _scope(entries, root):
+        return _push(backend.name, entries, url)
 
 
-def _scope(backend: Any, root: str | os.PathLike[str] | None) -> Any:
+def _fleet_entries(backend: Any) -> FleetCapable:
+    """What provides ``backend``'s ``FleetCapable`` (push and pull need it).
+
+    Raises:
+        TypeError: the backend has none.
+    """
+    entries = capability(backend, FleetCapable)
+    if entries is None:
+        raise TypeError(f"backend {backend.name!r} cannot address its entries in a store")
+    return entries
+
+
+def _scope(entries: FleetCapable, root: str | os.PathLike[str] | None) -> Any:
     """The backend's cache pointed at ``root`` (``--cache-dir``), so that its entry
     lookups (``entry_files``, ``entry_dir``) name ``root``'s entries, not the default's."""
-    if root is None or Path(root).resolve() == Path(backend.cache_dir()).resolve():
+    if root is None or Path(root).resolve() == Path(entries.cache_dir()).resolve():
         return contextlib.nullcontext()
-    return backend.cache_scope(root)
+    return entries.cache_scope(root)
 
 
-def _push(backend: Any, url: str) -> dict[str, Any]:
+def _push(name: str, entries: FleetCapable, url: str) -> dict[str, Any]:
     fleet = Fleet(url, store_required=True)
     pushed: list[str] = []
     present: list[str] = []
     skipped: dict[str, str] = {}
     try:
-        for directory in iter_entries(backend.cache_dir()):
-            ek = backend.entry_key_of(directory)
-            files = backend.entry_files(ek) if ek is not None else None
-            if files is None:
+        for directory in iter_entries(entries.cache_dir()):
+            ek = entries.entry_key_of(directory)
+            files = entries.entry_files(ek) if ek is not None else None
+            if ek is None or files is None:
                 skipped[directory.name] = "not a complete entry"
                 continue
-            info = _entry(backend, directory)
+            info = _entry(entries, directory)
             if info["stale"] is not None:
                 skipped[directory.name] = f"stale: {info['stale']}"
                 continue
             published = fleet.publish(
-                f"{backend.name}/{ek}",
+                f"{name}/{ek}",
                 {n: Path(p).read_bytes() for n, p in files.items()},
                 kernel=info["kernel"],
                 target=info["target"],
-                fingerprint=backend.cache_fingerprint(info["target"]),
+                fingerprint=entries.cache_fingerprint(info["target"]),
             )
             (pushed if published else present).append(ek)
     finally:
@@ -243,11 +259,12 @@ def pull_cache(
     Raises:
         StoreUnavailableError: the store cannot be reached.
     """
-    with _scope(backend, root):
-        return _pull(backend, url)
+    entries = _fleet_entries(backend)
+    with _scope(entries, root):
+        return _pull(backend, entries, url)
 
 
-def _pull(backend: Any, url: str) -> dict[str, Any]:
+def _pull(backend: Any, entries: FleetCapable, url: str) -> dict[str, Any]:
     fleet = Fleet(url, store_required=True)
     pulled: list[str] = []
     present: list[str] = []
@@ -257,11 +274,11 @@ def _pull(backend: Any, url: str) -> dict[str, Any]:
         keys = fleet.store.keys()  # type: ignore[union-attr]
         for key in sorted(k for k in keys if k.startswith(prefix)):
             ek = key[len(prefix) :]
-            if backend.entry_files(ek) is not None:
+            if entries.entry_files(ek) is not None:
                 present.append(ek)
                 continue
             # verified (names, signature, sha256s); a bad one is deleted from the store
-            entry = fleet._fetch_entry(key, backend.entry_file_allowed)
+            entry = fleet._fetch_entry(key, entries.entry_file_allowed)
             ok = entry is not None and fleet._install(
                 backend, ek, key, entry.meta.get("target"), entry
             )

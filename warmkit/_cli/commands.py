@@ -197,6 +197,7 @@ def _plan_modules(registry: Any) -> list[Any]:
 
 def _tuning_notes(registry: Any, target: str | None) -> dict[tuple[str, str], str]:
     """(kernel, repr(key)) -> what its backend says about tuning (autotuned keys only)."""
+    from .._plugin.components import capability
     from .._plugin.contract import TuningPlan
     from .._plugin.discovery import call_hook, get_backend
 
@@ -210,9 +211,10 @@ def _tuning_notes(registry: Any, target: str | None) -> dict[tuple[str, str], st
         except Exception as exc:  # noqa: BLE001 - plan lists keys even where the backend is missing
             logger.debug("plan: no tuning notes for %s (backend %s: %s)", name, backend_name, exc)
             continue
-        if isinstance(backend, TuningPlan):
+        planner = capability(backend, TuningPlan)
+        if planner is not None:
             notes = call_hook(
-                backend_name, "tuning_plan", backend.tuning_plan, kernel, keys, target
+                backend_name, "tuning_plan", planner.tuning_plan, kernel, keys, target
             )
             for key, note in notes.items():
                 out[(name, repr(key))] = note
@@ -379,6 +381,7 @@ def _cache_dirs(items: Sequence[str], known: Sequence[str] | None = None) -> dic
 
 def _cache_backends(args: argparse.Namespace) -> Iterator[tuple[str, Any, str]]:
     """``(name, backend, cache directory)`` of every usable backend with a persistent cache."""
+    from .._plugin.components import capability
     from .._plugin.contract import BundleCapable, CacheProbe
     from .._plugin.discovery import BACKENDS_GROUP, discover, get_backend
 
@@ -386,11 +389,14 @@ def _cache_backends(args: argparse.Namespace) -> Iterator[tuple[str, Any, str]]:
     dirs = _cache_dirs(getattr(args, "cache_dir", []), names)
     for name in sorted(dirs) if dirs else names:
         backend = get_backend(name)
-        if not isinstance(backend, (CacheProbe, BundleCapable)):
+        cache: CacheProbe | BundleCapable | None = capability(backend, CacheProbe)
+        if cache is None:
+            cache = capability(backend, BundleCapable)
+        if cache is None:
             continue  # no persistent cache
         if name not in dirs and not backend.available().ok:
             continue
-        yield name, backend, dirs.get(name) or str(backend.cache_dir())
+        yield name, backend, dirs.get(name) or str(cache.cache_dir())
 
 
 def _cmd_cache(args: argparse.Namespace) -> int:
@@ -548,6 +554,7 @@ def _cmd_coverage(args: argparse.Namespace) -> int:
 
 def _cmd_cache_upkeep(args: argparse.Namespace) -> int:
     from .._cache import upkeep as _cache
+    from .._plugin.components import capability
     from .._plugin.contract import FleetCapable
     from .._warmup.explain import manifest_entries
 
@@ -570,7 +577,7 @@ def _cmd_cache_upkeep(args: argparse.Namespace) -> int:
         elif cmd == "prune":
             keep = args.keep and manifest_entries(name, backend, args.keep, args.target)
             result[name] = _cache.prune_cache(backend, root, keep=keep or None, **limits)
-        elif not isinstance(backend, FleetCapable):
+        elif capability(backend, FleetCapable) is None:
             continue  # cannot address its entries in a store
         elif cmd == "push":
             result[name] = _cache.push_cache(backend, args.url, root)

@@ -4,8 +4,10 @@ A backend compiles kernels of one DSL (Triton, TileLang, CuTe DSL ...). It is
 published as an entry point in the group ``warmkit.backends``. It must satisfy
 :class:`Backend`; each optional capability is a protocol of its own
 (:class:`BundleCapable`, :class:`CacheProbe`, :class:`FleetCapable`, :class:`MonitorHooks`,
-:class:`CanonicalTargets`, :class:`TunedResults`), and the core uses a capability only where
-``isinstance(backend, Protocol)`` says the backend has it. What ``compile``
+:class:`CanonicalTargets`, :class:`TunedResults` ...), provided by the backend itself or
+by one of its components (``backend.cache``, ``.identity``, ``.recording``, ``.tuning``,
+``.runtime``: ``warmkit._plugin.components``). The core uses a capability only where
+``capability(backend, Protocol)`` finds the object that provides it. What ``compile``
 returns satisfies :class:`Executor` (and :class:`ReportsCacheHit` when it can
 tell, :class:`ReportsTuning` for an autotuned kernel). ``docs/architecture.md`` is the guide, with the checklist a new backend
 must pass.
@@ -27,6 +29,7 @@ from typing import Any, Protocol, TypeAlias, TypeVar, runtime_checkable
 import attrs
 
 from .._exceptions import BackendNotImplementedError
+from .components import capability, component
 
 __all__ = [
     "Backend",
@@ -113,6 +116,8 @@ class _CapabilityMeta(type(Protocol)):  # type: ignore[misc]
         super().__init__(*args, **kwargs)
         # (member, is a method)
         cls._warmkit_members = tuple((n, callable(getattr(cls, n, None))) for n in _members(cls))
+        # the backend's component that may provide it (components.component; inherited), else None
+        cls._warmkit_component = getattr(cls, "_warmkit_component", None)
 
     def __instancecheck__(cls, instance: Any) -> bool:
         members = cls.__dict__.get("_warmkit_runtime_members")
@@ -302,6 +307,7 @@ class Backend(_Capability, Protocol[KeyT_contra]):
         ...
 
 
+@component("runtime")
 @runtime_checkable
 class MonitorHooks(_Capability, Protocol):
     """Optional: runtime-compile hooks that report to ``warmkit.monitor``.
@@ -327,6 +333,7 @@ class CanonicalTargets(_Capability, Protocol):
         ...
 
 
+@component("cache")
 @runtime_checkable
 class BundleCapable(_Capability, Protocol):
     """Optional: export and import of the backend's persistent cache (``warmkit`` bundles)."""
@@ -348,6 +355,7 @@ class BundleCapable(_Capability, Protocol):
         ...
 
 
+@component("runtime")
 @runtime_checkable
 class Prepares(_Capability, Protocol):
     """Optional: a backend's one-time, kernel-independent setup, run by ``warmkit.prepare()``.
@@ -363,6 +371,7 @@ class Prepares(_Capability, Protocol):
         ...
 
 
+@component("cache")
 @runtime_checkable
 class PreparesEntries(_Capability, Protocol):
     """Optional: finish installed cache entries for this host (``install_bundle``).
@@ -382,6 +391,7 @@ class PreparesEntries(_Capability, Protocol):
         ...
 
 
+@component("cache")
 @runtime_checkable
 class CacheProbe(_Capability, Protocol):
     """Optional: a persistent cache warmkit can inspect (``warmkit cache verify``, bundle checks)."""
@@ -395,6 +405,7 @@ class CacheProbe(_Capability, Protocol):
         ...
 
 
+@component("cache")
 @runtime_checkable
 class FleetCapable(BundleCapable, Protocol):
     """Optional: cache entries addressable by key, so a fleet compiles each once (``docs/fleet.md``)."""
@@ -482,6 +493,7 @@ def reported_tuning(executor: Any) -> str | None:
     return tuning
 
 
+@component("tuning")
 @runtime_checkable
 class TunedResults(_Capability, Protocol):
     """Optional: tuned results (autotune winners) among a cache directory's entries, for bundles."""
@@ -491,6 +503,7 @@ class TunedResults(_Capability, Protocol):
         ...
 
 
+@component("recording")
 @runtime_checkable
 class RecordReplay(_Capability, Protocol):
     """Optional: replays a manifest's ``"raw"`` recorded entries (``docs/record.md``)."""
@@ -503,6 +516,7 @@ class RecordReplay(_Capability, Protocol):
         ...
 
 
+@component("recording")
 @runtime_checkable
 class SpecializationMap(_Capability, Protocol):
     """Optional: maps declared keys to the specializations they compile (``warmkit coverage``)."""
@@ -518,6 +532,7 @@ class SpecializationMap(_Capability, Protocol):
         ...
 
 
+@component("tuning")
 @runtime_checkable
 class TuningPlan(_Capability, Protocol):
     """Optional: which of a kernel's keys still need tuning on a device (``warmkit plan`` says so)."""
@@ -528,8 +543,9 @@ class TuningPlan(_Capability, Protocol):
 
 
 def entry_check(backend: Any) -> Any:
-    """The backend's ``verify_cache_entry`` when it is a :class:`CacheProbe`, else None (records only)."""
-    return backend.verify_cache_entry if isinstance(backend, CacheProbe) else None
+    """The ``verify_cache_entry`` of the backend's :class:`CacheProbe`, else None (records only)."""
+    probe = capability(backend, CacheProbe)
+    return None if probe is None else probe.verify_cache_entry
 
 
 def missing_members(obj: Any, protocol: type) -> list[str]:

@@ -41,6 +41,7 @@ from .._exceptions import (
     PluginLoadError,
     WarmkitError,
 )
+from .components import capability
 from .contract import Backend, CanonicalTargets, KernelClass, missing_members
 
 if TYPE_CHECKING:
@@ -536,9 +537,10 @@ def check_target(target: str | None, backends: Sequence[str]) -> None:
         except Exception as exc:  # noqa: BLE001 -- reported per key, with its install hint
             logger.debug("target check skipped for backend %s: %s", name, exc)
             continue
-        if not isinstance(backend, CanonicalTargets):
+        targets = capability(backend, CanonicalTargets)
+        if targets is None:
             continue
         try:
-            backend.canonical_target(target)
+            targets.canonical_target(target)
         except (ValueError, TypeError) as exc:
             raise ValueError(f"target {target!r} (backend {name!r}): {exc}") from exc

@@ -26,6 +26,7 @@ from typing import Any
 
 import attrs
 
+from .._plugin.components import capability
 from .._plugin.contract import SpecializationMap
 from .manifest.codec import encode_key
 from .manifest.entries import RecordedEntry
@@ -252,12 +253,12 @@ def coverage(
             declared_fields.setdefault(ref, []).append(fields)
         if cls.backend is None:
             continue
-        backend = get_backend(cls.backend, kernel=name)
-        if not isinstance(backend, SpecializationMap):
+        mapper = capability(get_backend(cls.backend, kernel=name), SpecializationMap)
+        if mapper is None:
             logger.info("backend %s cannot map keys to specializations", cls.backend)
             continue
         specs = call_hook(
-            cls.backend, "specializations", backend.specializations, kernel, keys, target
+            cls.backend, "specializations", mapper.specializations, kernel, keys, target
         )
         for path, spec in specs:
             if isinstance(spec.get("autotune"), dict):

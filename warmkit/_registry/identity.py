@@ -21,6 +21,7 @@ from collections.abc import Iterator, Mapping
 from contextvars import ContextVar
 from typing import Any, Protocol, runtime_checkable
 
+from .._plugin.components import capability, component
 from .._plugin.contract import _Capability
 
 __all__ = [
@@ -40,6 +41,7 @@ _active: ContextVar[tuple[Mapping[str, Any], bool]] = ContextVar(
 )
 
 
+@component("identity")
 @runtime_checkable
 class PinsIdentity(_Capability, Protocol):
     """Optional: saves and reproduces the host-dependent inputs of a kernel's identity."""
@@ -108,9 +110,8 @@ def kernel_pins(cls: type) -> Mapping[str, Any] | None:
 
     try:
         backend = get_backend(cls.backend, kernel=cls.name)  # type: ignore[attr-defined]
-        if not isinstance(backend, PinsIdentity):
-            return None
-        return backend.identity_pins(cls())
+        pinner = capability(backend, PinsIdentity)
+        return None if pinner is None else pinner.identity_pins(cls())
     except Exception as exc:  # noqa: BLE001 -- the key is recorded all the same
         logger.debug("kernel %s: its identity cannot be pinned: %s", cls, exc)
         return None
@@ -137,10 +138,11 @@ def manifest_pins(registry: Any) -> dict[str, Any]:
         except Exception as exc:  # noqa: BLE001 -- a missing backend pins nothing; the build says why
             logger.debug("kernel %s: not pinned, its backend does not load: %s", reg.kernel, exc)
             continue
-        if not isinstance(backend, PinsIdentity):
+        pinner = capability(backend, PinsIdentity)
+        if pinner is None:
             continue
         try:
-            pins = backend.identity_pins(cls())
+            pins = pinner.identity_pins(cls())
         except Exception as exc:  # noqa: BLE001 -- saved unpinned, said once
             logger.warning(
                 "kernel %s: its identity cannot be pinned in the manifest (%s: %s); its keys "

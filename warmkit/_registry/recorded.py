@@ -236,6 +236,7 @@ def resolve_recorded(entries: Iterable[RecordedEntry]) -> list[RecordedItem]:
     to the compile, so a stale entry fails as that entry's key.
     """
     from .._exceptions import BackendNotImplementedError
+    from .._plugin.components import capability
     from .._plugin.contract import RecordReplay
     from .._plugin.discovery import get_backend, load_kernel
     from .manifest.modules import check_kernel_ref
@@ -244,7 +245,7 @@ def resolve_recorded(entries: Iterable[RecordedEntry]) -> list[RecordedItem]:
     # One lookup and one instance per kernel, not per entry: resolving a ref scans every
     # installed distribution's entry points (~50 ms), and a recording has an entry per key.
     kernels: dict[str, Any] = {}
-    backends: dict[str | None, Any] = {}  # each checked once, as RecordReplay
+    replayers: dict[str | None, RecordReplay] = {}  # each backend's, looked up once
     make = RecordedItem._make
     for entry in entries:
         if not entry.replayable:
@@ -259,18 +260,19 @@ def resolve_recorded(entries: Iterable[RecordedEntry]) -> list[RecordedItem]:
                 spec = entry._parsed if entry._parsed is not None else entry.spec
                 key = decode_key(type(kernel), spec["key"])
             else:
-                backend = backends.get(entry.backend)
-                if backend is None:  # the first entry of its backend (a failure: every entry)
+                replay = replayers.get(entry.backend)
+                if replay is None:  # the first entry of its backend (a failure: every entry)
                     if entry.backend is None:
                         raise ValueError("a raw recorded entry must name its backend")
                     backend = get_backend(entry.backend, kernel=entry.name)
-                    if not isinstance(backend, RecordReplay):
+                    replay = capability(backend, RecordReplay)
+                    if replay is None:
                         raise BackendNotImplementedError(
                             entry.backend,
                             f"backend {entry.backend!r} cannot replay recorded kernels",
                         )
-                    backends[entry.backend] = backend
-                kernel, key = backend.recorded_kernel(entry)
+                    replayers[entry.backend] = replay
+                kernel, key = replay.recorded_kernel(entry)
         except Exception as exc:  # noqa: BLE001 - reported as this entry's failure
             items.append(RecordedItem(entry, error=exc))
             continue

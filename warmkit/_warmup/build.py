@@ -23,7 +23,8 @@ from .._cache import signing as _signing
 from .._cache.bundle import _META, BUNDLE_FORMAT, BUNDLE_VERSION, _bundle_backend
 from .._cache.integrity import iter_entries, sha256_file, verify_entry
 from .._exceptions import BundleError, IdentityMismatchError, WarmupError
-from .._plugin.contract import TunedResults, entry_check
+from .._plugin.components import capability
+from .._plugin.contract import BundleCapable, TunedResults, entry_check
 from .._registry.recorded import resolve_recorded
 from .._version import __version__
 from .config import WarmupConfig, deliberate
@@ -75,7 +76,7 @@ def build_bundle(
     classes, backends = _bundle_backends(registry)
     # Before compiling anything: an unknown target is a ValueError (a usage error), not
     # a failed key per compile.
-    fingerprints = {b: backend.cache_fingerprint(target) for b, backend in backends.items()}
+    fingerprints = {b: cache.cache_fingerprint(target) for b, (_, cache) in backends.items()}
     out = Path(out)
     _check_output(out)
     if sign is not None:
@@ -83,11 +84,11 @@ def build_bundle(
     with tempfile.TemporaryDirectory(prefix="warmkit-bundle-") as tmp:
         roots = {b: Path(tmp, b) for b in backends}
         with contextlib.ExitStack() as stack:
-            for b, backend in backends.items():
+            for b, (_, cache) in backends.items():
                 roots[b].mkdir()
                 # A backend may keep its entries below the directory it was given
                 # (TileLang: <dir>/<version>/<os-arch>/kernels): it yields where they go.
-                entries_root = stack.enter_context(backend.cache_scope(roots[b]))
+                entries_root = stack.enter_context(cache.cache_scope(roots[b]))
                 if entries_root is not None:
                     roots[b] = Path(entries_root)
             for cls in classes.values():
@@ -96,7 +97,7 @@ def build_bundle(
         meta = _metadata(registry, target, report, refused if skip_refused else None)
         kernels = meta["kernels"]
         files: list[tuple[str, Path]] = []
-        for b, backend in backends.items():
+        for b, (backend, _) in backends.items():
             entries = _pack_entries(b, backend, roots[b], out, files)
             if not entries:
                 raise BundleError(
@@ -109,8 +110,9 @@ def build_bundle(
                 "fingerprint": fingerprints[b],
                 "entries": entries,
             }
-            if isinstance(backend, TunedResults):  # e.g. Triton autotune winners
-                meta["backends"][b]["tuned"] = backend.tuned_results(roots[b])
+            tuned = capability(backend, TunedResults)
+            if tuned is not None:  # e.g. Triton autotune winners
+                meta["backends"][b]["tuned"] = tuned.tuned_results(roots[b])
         _write_bundle(out, meta, files, sign)
     logger.info(
         "bundle %s: %d kernel(s), %d file(s), target %s",
@@ -187,8 +189,10 @@ def _refusal(exc: BaseException | None) -> bool:
     return False
 
 
-def _bundle_backends(registry: Any) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The kernel classes of ``registry`` by name, and their backends (each ``BundleCapable``).
+def _bundle_backends(
+    registry: Any,
+) -> tuple[dict[str, Any], dict[str, tuple[Any, BundleCapable]]]:
+    """The kernel classes of ``registry`` by name, and their backends with their ``BundleCapable``.
 
     The registrations name the kernels and backends; the keys come from the
     warmup's own report, so the (possibly large) space is expanded only once.
@@ -200,7 +204,7 @@ def _bundle_backends(registry: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     for item in resolve_recorded(registry.recorded()):
         if item.kernel is not None:  # the others fail (or are skipped) in the warmup below
             classes.setdefault(type(item.kernel).name, type(item.kernel))
-    backends: dict[str, Any] = {}
+    backends: dict[str, tuple[Any, BundleCapable]] = {}
     for name, cls in classes.items():
         b = cls.backend
         if b is None:

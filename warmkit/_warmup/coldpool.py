@@ -22,8 +22,6 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from .._plugin.contract import FleetCapable
-
 __all__ = ["ColdPool"]
 
 
@@ -40,6 +38,8 @@ class ColdPool:
         config: Any = None,
     ) -> None:
         self._fleet, self._backend, self._target = fleet, backend, target
+        # what names the backend's entries (its FleetCapable), asked once, not per key
+        self._entries = None if backend is None else fleet.entries_of(backend)
         self._items, self._jobs, self._config = items, jobs, config
         self._procs: Any = None
         self._decided = False
@@ -61,12 +61,12 @@ class ColdPool:
         if (self._decided and self._procs is None) or kernel._warmkit_in_memory(key, self._target):
             return None, None  # no pool for this group, or nothing to load: the fleet decides
         ek = self._fleet.entry_key(self._backend, kernel, key, self._target)
-        files = self._fleet.entry_files(self._backend, ek)
+        files = None if ek is None or self._entries is None else self._entries.entry_files(ek)
         if files is not None:
             with self._lock:
                 self._here.add(id(item))
             return (ek, files), None
-        if ek is None and isinstance(self._backend, FleetCapable):
+        if ek is None and self._entries is not None:
             # This backend names its entries, but not this key's (an autotuned stack): unknown,
             # not cold, so compiled here unless a pool already runs. A backend that names none
             # (no FleetCapable) tells nothing warm apart: its first key starts the pool.

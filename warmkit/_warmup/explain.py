@@ -29,6 +29,7 @@ from .._cache.misses import (
     fingerprint_miss,
     kernel_name,
 )
+from .._plugin.components import capability
 from .._plugin.contract import BundleCapable, FleetCapable, target_scope
 
 __all__ = ["explain", "explanations_json", "manifest_entries"]
@@ -148,14 +149,16 @@ def _source(
     if backend_name is None:
         return None
     backend = get_backend(backend_name)
-    if not isinstance(backend, BundleCapable):
+    cache = capability(backend, BundleCapable)
+    if cache is None:
         return None
     if bundle is not None:
         entries = bundle_entries(Path(bundle), backend_name)
     else:
-        root = (cache_dirs or {}).get(backend_name) or backend.cache_dir()
+        root = (cache_dirs or {}).get(backend_name) or cache.cache_dir()
         entries = cache_entries(Path(root))
-    factors = entry_factor_map(backend, entries) if isinstance(backend, ExplainsMisses) else {}
+    explains = capability(backend, ExplainsMisses)
+    factors = entry_factor_map(explains, entries) if explains is not None else {}
     return backend, entries, factors
 
 
@@ -186,7 +189,8 @@ def manifest_entries(
     from .._registry.registry import WarmupRegistry
     from .config import WarmupConfig
 
-    if not isinstance(backend, FleetCapable):
+    fleet = capability(backend, FleetCapable)
+    if fleet is None:
         return {}
     registry = WarmupRegistry.load(manifest)
     items = [(inst, k) for inst, keys in registry.resolve().values() for k in keys]
@@ -200,12 +204,12 @@ def manifest_entries(
         for kernel, key in items:
             if getattr(type(kernel), "backend", backend_name) != backend_name:
                 continue
-            ek = backend.entry_key(kernel, key, target)
+            ek = fleet.entry_key(kernel, key, target)
             if ek is None:
                 raise ValueError(
                     f"--keep {manifest}: the cache entry of kernel {type(kernel).name!r} key "
                     f"{key!r} cannot be known without compiling it (autotuned, or its function "
                     "does not import here), so its entry cannot be kept; nothing was pruned"
                 )
-            out[Path(backend.entry_dir(ek)).name] = f"{type(kernel).name} {key!r}"
+            out[Path(fleet.entry_dir(ek)).name] = f"{type(kernel).name} {key!r}"
     return out

@@ -19,6 +19,7 @@ from .. import metrics, monitor
 from .._compat import Keep, ast_parse_serialized, gc_paused, keep_nothing, kept_out_of_gc
 from .._exceptions import BackendUnavailableError, WarmupError
 from .._kernel import memo as _memo
+from .._plugin.components import capability
 from .._plugin.contract import CanonicalTargets, reported_tuning
 from .._plugin.discovery import check_target
 from .._registry import identity as _identity
@@ -684,9 +685,10 @@ def _load_backend(
             name, status.reason, kernel=kernel_name, install_hint=status.install_hint
         )
     device = _plugin_call(name, "default_target", backend.default_target)
-    if target is not None and isinstance(backend, CanonicalTargets):
+    targets = capability(backend, CanonicalTargets)
+    if target is not None and targets is not None:
         target = _plugin_call(
-            name, "canonical_target", backend.canonical_target, target
+            name, "canonical_target", targets.canonical_target, target
         )  # sm_90 == cuda:90
     if target is not None and target == device:
         target = None  # the local device: share the runtime's executor cache

@@ -33,6 +33,7 @@ import threading
 
 from .. import _envs
 from .._compat import ast_parse_serialized
+from .._plugin.components import capability
 from .._plugin.contract import Prepares
 from .config import WarmupConfig
 
@@ -139,10 +140,11 @@ def _set_up_backends(target: str | None, backends: tuple[str, ...] | None) -> No
                 name,
                 exc,
             )
-        if not isinstance(backend, Prepares):
+        setup = capability(backend, Prepares)
+        if setup is None:
             continue
         try:
-            call_hook(name, "prepare", backend.prepare, target)
+            call_hook(name, "prepare", setup.prepare, target)
         except Exception as exc:  # noqa: BLE001 -- fails this backend's keys in the next warmup
             exc.add_note("warmkit: in the background setup that warmkit.prepare() started")
             logger.debug("warmkit.prepare: backend %s setup failed: %s", name, exc)

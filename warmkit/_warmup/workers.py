@@ -48,6 +48,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from .. import _envs
 from .._exceptions import WorkerDiedError
+from .._plugin.components import capability, component
 from .._plugin.contract import Prepares, _Capability, reports_cache_hit, target_scope
 
 __all__ = [
@@ -84,6 +85,7 @@ _pool_size = 0
 _atexit_registered = False
 
 
+@component("runtime")
 @runtime_checkable
 class ProcessCompiles(_Capability, Protocol):
     """A backend whose ahead-of-time compiles in another process are hits for its own compile."""
@@ -114,6 +116,7 @@ def _initializer(modules: list[str]) -> None:
 _classes: dict[str, type] = {}
 
 
+@component("runtime")
 @runtime_checkable
 class PrimesWorkers(_Capability, Protocol):
     """Optional, with ``ProcessCompiles``: pay in a fresh worker what its first compile would pay."""
@@ -150,11 +153,13 @@ def _prepare_in_worker(
     _adopt(env)
     backend = get_backend(backend_name)
     ran = False
-    if isinstance(backend, Prepares):
-        backend.prepare(target)
+    setup = capability(backend, Prepares)
+    if setup is not None:
+        setup.prepare(target)
         ran = True
-    if isinstance(backend, PrimesWorkers):
-        backend.prime_worker(target)
+    primer = capability(backend, PrimesWorkers)
+    if primer is not None:
+        primer.prime_worker(target)
         ran = True
     return os.getpid(), ran, (*_started, start, time.time())
 
@@ -266,9 +271,10 @@ def prepare_workers(backend_name: str, backend: Any, target: str | None) -> list
     """
     with _lock:
         pool, size = _pool, _pool_size
-    if pool is None or not isinstance(backend, ProcessCompiles):
+    compiles = capability(backend, ProcessCompiles)
+    if pool is None or compiles is None:
         return []
-    wtarget = backend.worker_target(target)
+    wtarget = compiles.worker_target(target)
     if wtarget is None:
         return []
     env = dict(os.environ)
@@ -397,9 +403,10 @@ def worker_pool(
     ``config`` (the warmup's ``WarmupConfig``): its ``compile_timeout`` bounds each key.
     """
     mode = _envs.get("WARMKIT_COMPILE_PROCESSES")
-    if mode == "off" or jobs < 2 or not isinstance(backend, ProcessCompiles):
+    compiles = capability(backend, ProcessCompiles)
+    if mode == "off" or jobs < 2 or compiles is None:
         return None
-    worker_target = backend.worker_target(target)
+    worker_target = compiles.worker_target(target)
     if worker_target is None:
         return None
     if mode == "auto" and (jobs < MIN_JOBS or keys < MIN_KEYS_PER_JOB * jobs):

@@ -8,7 +8,9 @@ A ``TritonKernel.fn`` may be any stack Triton allows of ``@triton.autotune``,
 * compiles a key's surviving configs (in parallel), benchmarks them and
   stores the winner, or uses a stored winner (:func:`compile_stack`; the
   benchmark and the results store are in ``_tuned``);
-* launches the winner (:class:`AutotunedExecutor`).
+* launches the winner (:class:`AutotunedExecutor`);
+* is the backend's tuning component (:class:`TritonTuning`, ``backend.tuning``):
+  the stored winners, for bundles, and which keys still need tuning.
 
 Raw autotuned kernels that warmkit never wrapped are reported by ``_hooks``.
 
@@ -22,6 +24,7 @@ are compiled; with no known winner, every surviving config is.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
@@ -33,14 +36,31 @@ from warmkit import WarmkitError
 from . import _triton_api as api
 from ._aot import cache_dir, require_device
 from ._kernel import InterpretedExecutor, _verify_default, check_warmup_args
-from ._stack import Derived, Stack, check_not_provided, derive, key_names, surviving_configs
-from ._tuned import benchmark, find_result, gpu_model, known_winners, result_id, store_result
+from ._stack import (
+    Derived,
+    Stack,
+    check_not_provided,
+    derive,
+    key_names,
+    surviving_configs,
+    unwrap,
+)
+from ._tuned import (
+    benchmark,
+    find_result,
+    gpu_model,
+    known_winners,
+    result_id,
+    scan_results,
+    store_result,
+)
 
 __all__ = [
     "AutotuneKeyMismatchError",
     "AutotunedArtifact",
     "AutotunedExecutor",
     "StackCompiler",
+    "TritonTuning",
     "Variant",
     "compile_stack",
     "stack_variants",
@@ -590,3 +610,72 @@ def run_parallel(fn: Callable[[Any], Any], items: Sequence[Any], jobs: int) -> l
     with ThreadPoolExecutor(min(jobs, len(items)), thread_name_prefix="warmkit-autotune") as pool:
         futures = [pool.submit(contextvars.copy_context().run, fn, item) for item in items]
         return [f.result() for f in futures]
+
+
+class TritonTuning:
+    """The tuning component of ``TritonBackend`` (``backend.tuning``).
+
+    ``warmkit.TunedResults`` (the winners a cache directory holds, listed by
+    bundles) and ``warmkit.TuningPlan`` (``warmkit plan --target``).
+
+    Args:
+        compiler: names this host's device target (tuned results are stored per target).
+    """
+
+    def __init__(self, compiler: StackCompiler) -> None:
+        self._compiler = compiler
+
+    def tuning_plan(self, kernel: Any, keys: list[Any], target: str | None) -> dict[Any, str]:
+        """For each autotuned key: ``"needs device tuning"``, or the GPU models with a stored winner.
+
+        Args:
+            kernel: a ``TritonKernel``.
+            keys: its keys.
+            target: the target the keys would be compiled for (None: this device's).
+        """
+        stack = unwrap(getattr(kernel, "fn", None))
+        if stack is None or stack.tuner is None or len(stack.tuner.configs) <= 1:
+            return {}
+        tgt = target if target is not None else self._compiler.device_target()
+        out: dict[Any, str] = {}
+        for key in keys:
+            try:
+                tkey = tuning_key_of(kernel, stack, key)
+            except Exception as exc:  # noqa: BLE001 - a note, the warmup reports the error
+                out[key] = f"autotuned; cannot derive its autotune key: {exc}"
+                continue
+            if tgt is None:
+                out[key] = "autotuned; pass --target to see whether it is tuned"
+                continue
+            rid = result_id(stack, tkey, "", str(tgt))
+            known = known_winners(stack, rid, cache_dir())
+            out[key] = f"tuned on {', '.join(sorted(known))}" if known else "needs device tuning"
+        return out
+
+    def tuned_results(
+        self, directory: str | os.PathLike[str] | None = None
+    ) -> list[dict[str, Any]]:
+        """The tuned autotune results stored in a cache directory (default: the one in effect).
+
+        Each is a dict: ``kernel``, ``function``, ``autotune_key``, ``gpu``,
+        ``target``, ``triton_version``, ``winner`` (config index),
+        ``winner_config`` and ``timings_ms``. Bundles list them (``bundle inspect``).
+        """
+        base = directory if directory is not None else cache_dir()
+        out = []
+        for body in scan_results(base):
+            rid = body["id"]
+            out.append(
+                {
+                    "kernel": body.get("kernel"),
+                    "function": rid["function"],
+                    "autotune_key": rid["autotune_key"],
+                    "gpu": rid["gpu"],
+                    "target": rid["target"],
+                    "triton_version": rid["triton_version"],
+                    "winner": body.get("winner"),
+                    "winner_config": body.get("winner_config"),
+                    "timings_ms": body.get("timings_ms"),
+                }
+            )
+        return out

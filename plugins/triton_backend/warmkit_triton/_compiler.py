@@ -37,7 +37,7 @@ from typing import Any
 
 import attrs
 
-from warmkit import current_fleet
+from warmkit import current_fleet, pinning
 
 from . import _autotune, _hooks, _pins, _setup, _stack, _tuned
 from . import _triton_api as api
@@ -51,6 +51,7 @@ from ._aot import (
     real_driver,
     require_device,
     routing,
+    validate_target,
 )
 from ._entry import entry_dir, record_entry, verifying, write_entry_record
 from ._kernel import InterpretedExecutor, TritonExecutor, check_warmup_args
@@ -181,6 +182,33 @@ class TritonCompiler:
     def device_target(self) -> str | None:
         """This host's device target (``device_target()``)."""
         return device_target()
+
+    def compile_key(self, kernel: Any, key: Any, target: str | None) -> Any:
+        """``TritonBackend.compile``: :meth:`compile`, ahead of time with the key's pinned identity.
+
+        A key with pinned identity (``_pins``) compiles with the pinned globals,
+        or is refused naming what differs (``PinMismatchError``).
+        """
+        aot = target not in (None, INTERPRETER)
+        return _pins.compile_pinned(self.compile, kernel, key, target, aot)
+
+    def worker_target(self, target: str | None) -> str | None:
+        """What a compile worker process compiles for, so that this process's compile hits its entry.
+
+        Ahead of time for the device's own target (the hash of an AOT compile equals
+        a device compile's, ``docs/triton.md``) or for ``target``, into the shared
+        Triton cache. None inside ``cache_scope`` (a worker would not see the
+        redirect) and under the interpreter.
+        """
+        if self.redirected:
+            return None
+        if target is not None and pinning():
+            return None  # a worker would compile with this host's globals, not the pinned ones
+        if target is None:
+            target = device_target()
+        if target is None or target == INTERPRETER:
+            return None
+        return str(validate_target(target))
 
     @contextlib.contextmanager
     def compile_scope(self, target: str | None, jobs: int) -> Iterator[Any]:

@@ -14,6 +14,9 @@ An entry's side comes from its ``warmkit-aot.json`` (written by an
 ahead-of-time compile, with the identity it was compiled with) and Triton's
 metadata ``<name>.json``; an entry Triton wrote itself has no record and
 gives only what its metadata says.
+
+``TritonIdentity`` is the backend's identity component (``backend.identity``): these
+factors, and a kernel's pins (``_pins``).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from ._entry import AOT_RECORD, fingerprint
 from ._pins import _text, pins_for, pins_of
 from ._values import _unwrap
 
-__all__ = ["IdentityCapabilities", "entry_factors", "identity_factors", "key_factors"]
+__all__ = ["TritonIdentity", "entry_factors", "identity_factors", "key_factors"]
 
 _OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
 
@@ -94,17 +97,16 @@ def entry_factors(files: Mapping[str, bytes]) -> dict[str, str]:
     return out
 
 
-class IdentityCapabilities:
-    """``TritonBackend``'s ``warmkit.PinsIdentity`` and ``warmkit.ExplainsMisses`` members."""
+class TritonIdentity:
+    """The identity component of ``TritonBackend`` (``backend.identity``).
+
+    ``warmkit.PinsIdentity`` (a kernel's pins, for the manifest) and
+    ``warmkit.ExplainsMisses`` (the factors ``warmkit explain`` compares).
+    """
 
     def identity_pins(self, kernel: Any) -> dict[str, Any] | None:
         """The pinned identity of a ``TritonKernel``'s function (``_pins.pins_of``), or None."""
         return pins_of(getattr(kernel, "fn", None))
 
-    def key_factors(self, kernel: Any, key: Any, target: str | None) -> dict[str, str]:
-        """A key's cache-identity factors here (``warmkit explain``; :func:`key_factors`)."""
-        return key_factors(kernel, key, target)
-
-    def entry_factors(self, files: Mapping[str, bytes]) -> dict[str, str]:
-        """An existing entry's factors, from its ``.json`` files (:func:`entry_factors`)."""
-        return entry_factors(files)
+    key_factors = staticmethod(key_factors)  # a key's cache-identity factors here
+    entry_factors = staticmethod(entry_factors)  # an existing entry's, from its .json files

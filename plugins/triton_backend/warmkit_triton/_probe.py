@@ -1,4 +1,4 @@
-"""``TritonBackend.entry_key``'s probe: a warm key's cache identity computed, and its entry loaded, once.
+"""``TritonCache.entry_key``'s probe (the backend's ``cache`` component): a warm key's cache identity computed, and its entry loaded, once.
 
 The fleet asks for a key's entry (``entry_key``) before compiling it. The probe
 runs the kernel's own launch path up to Triton's cache key

@@ -1,4 +1,9 @@
-"""The process's one-time Triton setup that ``warmkit.prepare()`` runs early (``TritonBackend.prepare``).
+"""The process's one-time Triton setup that ``warmkit.prepare()`` runs early, and the runtime component.
+
+``TritonRuntime`` is ``TritonBackend``'s runtime component (``backend.runtime``): this
+setup (``warmkit.Prepares``), compile workers (``warmkit.ProcessCompiles``,
+``warmkit.PrimesWorkers``) and the runtime-compile hooks of ``warmkit.monitor``
+(``warmkit.MonitorHooks``, ``_hooks``).
 
 A warm restart's warmup spent most of its time on costs every process pays
 once before its first Triton cache lookup, not on its keys (``docs/performance.md``):
@@ -29,12 +34,13 @@ import importlib.util
 import logging
 import sys
 import threading
-from typing import Any
+from typing import Any, Protocol
 
+from . import _hooks
 from . import _triton_api as api
 from ._aot import AotDriver, aot_driver, parse_target, validate_target
 
-__all__ = ["check", "prepare", "prime_worker", "settle_torch"]
+__all__ = ["TritonRuntime", "check", "prepare", "prime_worker", "settle_torch"]
 
 logger = logging.getLogger(__name__)
 
@@ -157,3 +163,45 @@ def prime_worker(target: str) -> None:
         x = WarmupTensor("float32", (256,))
         api.warmup(kernel, (x, x, 256), {"BLOCK": 128}, {"num_warps": 4})
         api.drop_device(kernel, device)
+
+
+class WorkerTargets(Protocol):
+    """What :class:`TritonRuntime` needs of the compiler (``TritonCompiler.worker_target``)."""
+
+    def worker_target(self, target: str | None) -> str | None:
+        """The target a compile worker compiles for, or None when workers cannot help now."""
+
+
+class TritonRuntime:
+    """Triton in this process: its one-time setup, compile workers, the monitor's hooks.
+
+    Args:
+        compiler: says what a compile worker compiles for (it knows the cache redirect).
+    """
+
+    def __init__(self, compiler: WorkerTargets) -> None:
+        self._compiler = compiler
+
+    prepare = staticmethod(prepare)  # the one-time setup that warmkit.prepare() runs early
+    prime_worker = staticmethod(prime_worker)  # in a compile worker: one throwaway compile
+
+    def worker_target(self, target: str | None) -> str | None:
+        """What a compile worker process compiles for (``TritonCompiler.worker_target``)."""
+        return self._compiler.worker_target(target)
+
+    def install_monitor(self) -> None:
+        """Report every runtime Triton compile, disk hit and module load to ``warmkit.monitor`` (idempotent)."""
+        try:
+            api.require_triton()
+        except api.TritonNotInstalledError:
+            logger.debug("triton not installed: no runtime hooks to install")
+            return
+        _hooks.install()
+
+    def uninstall_monitor(self) -> None:
+        """Remove the hooks, restoring the ones installed before (idempotent)."""
+        try:
+            api.require_triton()
+        except api.TritonNotInstalledError:
+            return
+        _hooks.uninstall()
