@@ -38,7 +38,7 @@ import sys
 import sysconfig
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -62,6 +62,7 @@ __all__ = [
     "prepare_entries",
     "record_entry",
     "relocate_cache_entry",
+    "validity_fields",
     "validity_record",
     "verify_cache_entry",
     "verifying",
@@ -516,11 +517,20 @@ def fingerprint(target: Target | None) -> dict[str, str]:
             "ptxas": {"version": None},
             "env": api.cache_invalidating_env(),
         }
+    return validity_fields(rec["target"], rec)
+
+
+def validity_fields(target: Any, validity: Mapping[str, Any]) -> dict[str, str]:
+    """A build's validity record (``validity`` of an entry's record) as the fingerprint's flat strings.
+
+    The one spelling of these fields: a bundle's fingerprint and ``explain``'s
+    factors of an entry compare them with each other.
+    """
     return {
-        "target": str(rec["target"]),
-        "triton_version": str(rec["triton_version"]),
-        "triton_key_sha256": str(rec["triton_key_sha256"]),
-        "python_abi": f"{rec['python']['cache_tag']}/{rec['python']['soabi']}",
-        "ptxas": str(rec["ptxas"].get("version")),
-        "env": json.dumps(rec["env"], sort_keys=True),
+        "target": str(target),
+        "triton_version": str(validity["triton_version"]),
+        "triton_key_sha256": str(validity["triton_key_sha256"]),
+        "python_abi": f"{validity['python']['cache_tag']}/{validity['python']['soabi']}",
+        "ptxas": str(validity["ptxas"].get("version")),
+        "env": json.dumps(validity["env"], sort_keys=True),
     }

@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ._aot import parse_target
-from ._entry import AOT_RECORD, fingerprint
+from ._entry import AOT_RECORD, fingerprint, validity_fields
 from ._pins import _text, pins_for, pins_of
 from ._values import _unwrap
 
@@ -74,19 +74,8 @@ def entry_factors(files: Mapping[str, bytes]) -> dict[str, str]:
     meta_name = None
     if raw is not None:
         rec = json.loads(raw)
-        v = rec["validity"]
-        out.update(
-            {
-                "target": str(rec["target"]),
-                "triton_version": str(v["triton_version"]),
-                "triton_key_sha256": str(v["triton_key_sha256"]),
-                "python_abi": f"{v['python']['cache_tag']}/{v['python']['soabi']}",
-                "ptxas": str(v["ptxas"].get("version")),
-                "env": json.dumps(v["env"], sort_keys=True),
-                "kernel": str(rec["kernel"]),
-                "key": str(rec["key"]),
-            }
-        )
+        out.update(validity_fields(rec["target"], rec["validity"]))
+        out.update({"kernel": str(rec["kernel"]), "key": str(rec["key"])})
         out.update(identity_factors(rec.get("identity")))
         meta_name = f"{rec['name']}.json"
     metas = [n for n in files if not n.startswith(("__grp__", "warmkit-"))]
