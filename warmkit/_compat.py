@@ -46,6 +46,14 @@ imported torch (``cuda.pathfinder`` imports ``site``) deadlocked the command.
 (``main()`` is its last line), and CPython 3.11-3.13 takes a module's lock
 only while its ``__spec__._initializing`` is true.
 
+**``sysconfig``'s first use is not thread-safe** before CPython 3.13: the first
+``sysconfig.get_config_vars()`` publishes an empty dict, then fills it, so a
+thread that reads a variable meanwhile gets None. Triton's knobs read
+``sysconfig.get_config_var("EXE")`` on first use, and ``prepare()``'s thread
+failed with "can only concatenate str (not "NoneType") to str" while the main
+thread's imports read ``sysconfig`` (seen once in CI). :func:`settle_sysconfig`
+fills it in the calling thread before warmkit starts a thread of its own.
+
 Counting is not free on any version: ``gc.get_freeze_count()`` walks the
 permanent generation, ~100 ns an object (18 ms with torch imported and the heap
 frozen). A warmup counts once, at its start, and holds :func:`known_frozen`
@@ -74,6 +82,7 @@ __all__ = [
     "kept_out_of_gc",
     "known_frozen",
     "process_froze_objects",
+    "settle_sysconfig",
     "site_import_done",
 ]
 
@@ -94,6 +103,16 @@ def site_import_done() -> None:
     spec = getattr(sys.modules.get("site"), "__spec__", None)
     if spec is not None and getattr(spec, "_initializing", False):
         spec._initializing = False
+
+
+def settle_sysconfig() -> None:
+    """Fill ``sysconfig``'s variables in this thread, before it starts others (module docstring).
+
+    About 1 ms once per process (it reads ``_sysconfigdata``); a dict lookup after that.
+    """
+    import sysconfig
+
+    sysconfig.get_config_vars()
 
 
 _frozen_lock = threading.Lock()

@@ -236,3 +236,42 @@ def test_known_frozen_closes_when_its_block_raises(monkeypatch):
         raise KeyError("x")
     _compat.process_froze_objects()
     assert len(calls) == 1  # outside again: counted
+
+
+_SYSCONFIG_CHILD = """
+import sys, sysconfig, threading
+import warmkit
+from warmkit._warmup import runner
+
+seen = []
+start = threading.Thread.start
+
+def start_and_look(self):
+    # what a thread started now may read at once: a complete sysconfig, or None
+    seen.append((self.name, sysconfig._CONFIG_VARS is not None and "EXE" in sysconfig._CONFIG_VARS))
+    return start(self)
+
+threading.Thread.start = start_and_look
+which = sys.argv[1]
+sysconfig._CONFIG_VARS = None  # as in a process that has not read it yet
+if which == "prepare":
+    warmkit.prepare(warmkit.WarmupConfig(target="cuda:90", jobs=1))
+else:
+    runner.run([1], lambda i: i, workers=1, timeout=None, on_done=lambda i, r: False,
+               on_timeout=lambda i, s: None, on_unrun=lambda i, r: None)
+print(seen)
+"""
+
+
+@pytest.mark.parametrize("which", ["prepare", "runner"])
+def test_sysconfig_is_filled_before_warmkit_starts_a_thread(which: str) -> None:
+    """A thread of prepare() or of a warmup's runner reading sysconfig while another thread
+    filled it for the first time got None (CPython < 3.13): seen in CI as Triton's knobs
+    failing with "can only concatenate str (not "NoneType") to str"."""
+    out = subprocess.run(
+        [sys.executable, "-c", _SYSCONFIG_CHILD, which],
+        capture_output=True, text=True, timeout=120, check=True,
+    ).stdout  # fmt: skip
+    seen = ast.literal_eval(out.strip().splitlines()[-1])
+    assert seen, "no thread was started"
+    assert all(ok for _, ok in seen), seen

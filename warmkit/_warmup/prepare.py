@@ -32,7 +32,7 @@ import os
 import threading
 
 from .. import _envs
-from .._compat import ast_parse_serialized
+from .._compat import ast_parse_serialized, settle_sysconfig
 from .._plugin.components import capability
 from .._plugin.contract import Prepares
 from .config import WarmupConfig
@@ -104,6 +104,7 @@ def _start_setup(target: str | None, backends: tuple[str, ...] | None) -> None:
         thread = _threads[target, backends] = threading.Thread(
             target=_setup, args=(target, backends), name="warmkit-prepare", daemon=True
         )
+    settle_sysconfig()  # the engine's thread reads it meanwhile (importing, say)
     thread.start()
 
 

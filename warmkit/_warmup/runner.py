@@ -36,6 +36,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Generic, TypeVar
 
+from .._compat import settle_sysconfig
+
 __all__ = ["ABANDONED", "CANCELLED", "NOT_ATTEMPTED", "exit_on_second_sigint", "run"]
 
 T = TypeVar("T")
@@ -118,6 +120,7 @@ def run(
     """
     if not items:
         return
+    settle_sysconfig()  # the items' threads may read it first, at once (_compat's docstring)
     state = _Run(items, fn, on_done, on_timeout, on_unrun, spill or _spill_seconds)
     # One thread to start with; each other starts only once the running items are slow
     # (all have run SPILL_SECONDS): cheap items never pay for a second thread's wake-ups.
