@@ -276,3 +276,20 @@ def test_import_warmkit_leaves_entry_point_metadata_for_the_first_scan():
         [sys.executable, "-c", code], check=True, capture_output=True, text=True, timeout=120
     )
     assert out.stdout.strip() == "[]"
+
+
+def test_type_checkers_see_every_lazy_name_from_its_module():
+    """``_LAZY`` (what runs) and the ``if TYPE_CHECKING:`` imports (what mypy and IDEs read)
+    name the same names from the same modules."""
+    tree = ast.parse((ROOT / "warmkit" / "__init__.py").read_text())
+    (block,) = [
+        n for n in tree.body if isinstance(n, ast.If) and ast.unparse(n.test) == "TYPE_CHECKING"
+    ]
+    seen: dict[str, str] = {}
+    for node in block.body:
+        assert isinstance(node, ast.ImportFrom) and node.level == 1
+        for alias in node.names:
+            seen[alias.asname or alias.name] = (
+                "." + node.module if node.module else "." + alias.name
+            )
+    assert seen == _lazy_table()
