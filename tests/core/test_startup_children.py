@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import warmkit
 from warmkit._cli.startup import hook_environment
 
@@ -179,13 +181,15 @@ def test_warmkit_run_becomes_the_command_and_keeps_its_exit_status(tmp_path: Pat
     assert "warmkit run: warmed 0 key(s)" in err
 
 
-def test_warmkit_run_names_a_command_it_cannot_run(tmp_path: Path) -> None:
+@pytest.mark.parametrize("command", ["run", "record"])
+def test_warmkit_run_names_a_command_it_cannot_run(tmp_path: Path, command: str) -> None:
     manifest = warmkit.WarmupRegistry().save(tmp_path / "empty.json")
     script = tmp_path / "not-executable"
     script.write_text("#!/bin/sh\n")
+    args = ["-m", str(manifest)] if command == "run" else ["-o", str(tmp_path / "rec.json")]
     for cmd, why in ((str(script), "Permission denied"), ("no-such-command-wk", "No such file")):
         proc = subprocess.run(
-            [sys.executable, "-m", "warmkit", "run", "-m", str(manifest), "--", cmd],
+            [sys.executable, "-m", "warmkit", command, *args, "--", cmd],
             cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False,
         )  # fmt: skip
         assert proc.returncode != 0

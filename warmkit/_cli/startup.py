@@ -20,12 +20,13 @@ The original ``sitecustomize`` further down ``sys.path``, if any, still runs.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.machinery
 import importlib.util
 import logging
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -56,14 +57,21 @@ def hook_environment(env: dict[str, str]) -> dict[str, str]:
     return env
 
 
+@contextlib.contextmanager
+def _naming(cmd: list[str]) -> Iterator[None]:
+    """A command that is missing or not executable: the same error, naming the command."""
+    try:
+        yield
+    except (FileNotFoundError, PermissionError) as exc:
+        raise type(exc)(f"cannot run {cmd[0]!r}: {exc.strerror}") from exc
+
+
 def run_under_hook(cmd: list[str], env: dict[str, str]) -> int:
     """Run ``cmd`` under the startup hook and wait for it (``record`` reads what it wrote)."""
     import subprocess
 
-    try:
+    with _naming(cmd):
         return subprocess.run(cmd, env=hook_environment(env), check=False).returncode
-    except FileNotFoundError as exc:
-        raise FileNotFoundError(f"cannot run {cmd[0]!r}: {exc.strerror}") from exc
 
 
 def exec_under_hook(cmd: list[str], env: dict[str, str]) -> NoReturn:
@@ -75,12 +83,9 @@ def exec_under_hook(cmd: list[str], env: dict[str, str]) -> NoReturn:
     env = hook_environment(env)
     sys.stdout.flush()
     sys.stderr.flush()
-    try:
+    with _naming(cmd):
         os.execvpe(cmd[0], cmd, env)
-    except FileNotFoundError as exc:
-        raise FileNotFoundError(f"cannot run {cmd[0]!r}: {exc.strerror}") from exc
-    except PermissionError as exc:
-        raise PermissionError(f"cannot run {cmd[0]!r}: {exc.strerror}") from exc
+    raise AssertionError("unreachable: execvpe returns only by raising")
 
 
 def _chain(hook_file: str) -> None:
