@@ -34,6 +34,7 @@ import importlib.util
 import logging
 import sys
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
 from . import _hooks
@@ -59,24 +60,37 @@ def prepare(target: str | None) -> None:
         api.require_triton()
     except api.TritonNotInstalledError:
         return  # warmup reports it per key, with the install hint
-    api.triton_key()
-    try:
-        api.prime_specializer()
-    except AttributeError as exc:
-        if "partially initialized module 'torch'" not in str(exc):
-            raise
-        # the engine is importing torch meanwhile (settle_torch); the first key primes it
-        logger.debug("prepare: the specializer's first call met a half-imported torch (%s)", exc)
-    if target is not None and target != "interpreter":
-        arch = validate_target(target).arch
-        inputs = api.prime_ptxas_version(arch)
-        with _lock:
-            _primed[arch] = inputs
+    # The ptxas probes are two subprocesses (~20 ms on the CPU box): they run beside the
+    # specializer's imports (~40 ms of Python), which hold the GIL they wait without.
+    with ThreadPoolExecutor(1, thread_name_prefix="warmkit-ptxas") as ptxas:
+        probed = None
+        if target is not None and target != "interpreter":
+            probed = ptxas.submit(_probe_ptxas, target)
+        api.triton_key()
+        try:
+            api.prime_specializer()
+        except AttributeError as exc:
+            if "partially initialized module 'torch'" not in str(exc):
+                raise
+            # the engine is importing torch meanwhile (settle_torch); the first key primes it
+            logger.debug(
+                "prepare: the specializer's first call met a half-imported torch (%s)", exc
+            )
+        if probed is not None:
+            probed.result()  # a target this ptxas cannot compile for raises here, as before
     if not api.interpreting() and _torch_settled():
         try:
             api.default_driver()
         except Exception as exc:  # noqa: BLE001 - no GPU: a device warmup says so per key
             logger.debug("prepare: no Triton driver (%s)", exc)
+
+
+def _probe_ptxas(target: str) -> None:
+    """Check that this ptxas compiles for ``target``, then read its version as Triton caches it."""
+    arch = validate_target(target).arch
+    inputs = api.prime_ptxas_version(arch)
+    with _lock:
+        _primed[arch] = inputs
 
 
 def _torch_settled() -> bool:
