@@ -152,11 +152,36 @@ def test_cpu_built_bundle_install_builds_the_launchers_so_warmup_builds_none(tmp
 def test_the_device_target_from_libcuda_is_tritons():
     # bundle install names the target without importing torch (libcuda); it must be the one
     # Triton's driver reports, or every install would be refused (or accepted) wrongly.
-    from warmkit_triton import _compiler
+    from warmkit_triton import _cuda
     from warmkit_triton._aot import real_driver
 
     target = real_driver().get_current_target()
-    assert _compiler._cuda_capability() == target.arch and target.backend == "cuda"
+    assert _cuda.capability() == target.arch and target.backend == "cuda"
     code = "import sys; from warmkit_triton import _compiler as c; print(c.device_target(), 'torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == [f"cuda:{target.arch}", "False"]
+
+
+def test_the_early_cuda_start_creates_the_context_and_its_release_gives_it_back():
+    # A fresh process, so nothing else holds device 0's primary context: the early start
+    # must create it (a device warmup's first load then finds it made), and its release
+    # must leave the driver as it found it (the retain count back to 0: context gone).
+    code = """
+import ctypes, time
+from warmkit_triton import _cuda
+lib = ctypes.CDLL("libcuda.so.1")
+assert lib.cuInit(0) == 0
+def active():
+    flags, on = ctypes.c_uint(), ctypes.c_int()
+    assert lib.cuDevicePrimaryCtxGetState(0, ctypes.byref(flags), ctypes.byref(on)) == 0
+    return on.value
+before = active()
+release = _cuda.start_context(0)
+deadline = time.monotonic() + 60
+while not active() and time.monotonic() < deadline:
+    time.sleep(0.001)
+during = active()
+print(before, during, release(), active())
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["0", "1", "True", "0"], out.stdout + out.stderr

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import ctypes
 import logging
 import os
 import sys
@@ -39,7 +38,7 @@ import attrs
 
 from warmkit import current_fleet, pinning
 
-from . import _autotune, _hooks, _pins, _setup, _stack, _tuned
+from . import _autotune, _cuda, _hooks, _pins, _setup, _stack, _tuned
 from . import _triton_api as api
 from ._aot import (
     AotArtifact,
@@ -123,7 +122,7 @@ def device_target() -> str | None:
         if api.interpreting():
             return INTERPRETER
         if "torch" not in sys.modules and api.installed_driver() is None:
-            cc = _cuda_capability()
+            cc = _cuda.capability()  # without importing torch: ~1.8 s on an H100
             if cc is not None:
                 return f"cuda:{cc}"
         target = real_driver().get_current_target()
@@ -135,30 +134,15 @@ def device_target() -> str | None:
     return f"{target.backend}:{target.arch}"
 
 
-def _cuda_capability() -> int | None:
-    """Device 0's compute capability as Triton spells it (90 on an H100), from libcuda; else None.
-
-    Triton's NVIDIA driver asks torch, and importing torch took 1.8 s of a 3.8 s
-    ``warmkit bundle install`` on an H100, only to name the target. libcuda
-    answers in milliseconds and counts devices the same way (``CUDA_VISIBLE_DEVICES``);
-    device 0 is the current device of a process that has not imported torch.
-    Anything else (no libcuda, no device, an AMD host) falls back to Triton's driver.
-    """
+def _torch_cuda_started() -> bool:
+    """Whether torch's CUDA has started (or may have: torch half imported), so its device is known."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return False
     try:
-        lib = ctypes.CDLL("libcuda.so.1")
-        count, dev, major, minor = (ctypes.c_int() for _ in range(4))
-        if lib.cuInit(0) or lib.cuDeviceGetCount(ctypes.byref(count)) or count.value < 1:
-            return None
-        if lib.cuDeviceGet(ctypes.byref(dev), 0):
-            return None
-        # CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75, _MINOR = 76 (cuda.h)
-        if lib.cuDeviceGetAttribute(ctypes.byref(major), 75, dev) or lib.cuDeviceGetAttribute(
-            ctypes.byref(minor), 76, dev
-        ):
-            return None
-    except (OSError, AttributeError):
-        return None
-    return major.value * 10 + minor.value
+        return bool(torch.cuda.is_initialized())
+    except Exception:  # noqa: BLE001 - torch still importing in another thread: leave it be
+        return True
 
 
 class TritonCompiler:
@@ -224,12 +208,16 @@ class TritonCompiler:
         """
         require_triton()
         _setup.check()  # what warmkit.prepare() read early is still what this warmup reads
-        _setup.settle_torch()  # before the compile threads: they must not race its import
         if target == INTERPRETER:
             target = None
         tgt = parse_target(target) if target is not None else None
         scope = _Scope(target=tgt, jobs=max(1, int(jobs)))
         with contextlib.ExitStack() as stack:
+            if tgt is None and not api.interpreting() and not _torch_cuda_started():
+                # the CUDA start beside the imports below, not after them (_cuda's docstring);
+                # device 0: what torch's current device is until its CUDA has started
+                stack.callback(_cuda.start_context(0))
+            _setup.settle_torch()  # before the compile threads: they must not race its import
             stack.enter_context(_hooks.probe())
             if tgt is not None:
                 stack.enter_context(routing())
