@@ -137,9 +137,18 @@ elif [ "${1:-}" = fleet ]; then
 elif [ "${1:-}" = real_libraries ]; then
     # PROFILE=1: also a py-spy profile of a warm restart per jobs setting (py-spy's wheel in .whl/);
     # RUNS=0 PROFILE=1: the profiles alone. RECORDINGS=DIR: replay DIR/<lib>_run.json (recorded if absent).
+    # COMPARE=DIR: DIR holds other wheels of warmkit and its plugins (say, main's, for an A/B of
+    # a change): installed with the rest of .whl/ into their own site, one more timed row.
+    if [ -n "${COMPARE:-}" ]; then
+        mkdir -p /tmp/compare-wheels && cp .whl/*.whl /tmp/compare-wheels/ &&
+            rm -f /tmp/compare-wheels/warmkit*.whl && cp "$COMPARE"/warmkit*.whl /tmp/compare-wheels/ &&
+            python3 -m pip install -q --no-index --no-deps --no-cache-dir --upgrade \
+                --target /tmp/site-compare /tmp/compare-wheels/*.whl || exit 1
+    fi
     TAIL=40 step real_libraries 590 python3 benchmarks/real_libraries.py --runs "${RUNS:-5}" \
         --libs "${LIBS:-fla,liger}" --out "$RES/real_libraries" \
-        ${PROFILE:+--profile /tmp/site/bin/py-spy} ${RECORDINGS:+--recordings "$RECORDINGS"}
+        ${PROFILE:+--profile /tmp/site/bin/py-spy} ${RECORDINGS:+--recordings "$RECORDINGS"} \
+        ${COMPARE:+--compare /tmp/site-compare}
 elif [ "${1:-}" = multigpu ]; then
     # B12 (#15): one process per GPU; NVLink multicast off here and in every rank's environment.
     export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1

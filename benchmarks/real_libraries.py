@@ -26,6 +26,11 @@ then ``--runs`` rounds, the rows taking turns so that a slow minute lands on eac
 * **bundle**: an empty cache, ``warmkit bundle install`` (timed), then
   ``warmkit run -m`` (the row's time is install + the process).
 
+With ``--compare SITE`` (another build of warmkit installed with every dependency by
+``pip install --target SITE``), one more timed row takes turns with the others: the
+default warm restart with ``SITE`` as ``PYTHONPATH``, on the same warm cache (the A/B
+of a change, in one run).
+
 Each process prints its times from launch (the environment's
 ``REAL_LIBRARIES_LAUNCH``, set just before the command starts, so warmkit's
 own start is counted). The ratio that matters is launch to the end of the
@@ -223,6 +228,7 @@ class Session:
         self.timeout = TIMEOUT_S
         self.recordings: Path | None = None
         self.py_spy: str | None = None
+        self.compare: Path | None = None
         self.failures: list[str] = []
         self._n = 0
 
@@ -300,9 +306,15 @@ def measure(s: Session, lib: str, runs: int) -> dict:
            s.cache(), f"{lib}-bundle-build")  # fmt: skip
     build_s = time.perf_counter() - t0
     rows: dict[str, list[dict]] = {k: [] for k in ROWS}
+    if s.compare is not None:
+        rows[COMPARE] = []
     for i in range(runs):
         rows[ROWS[0]].append(s.run(lib, [], base_cache, f"{lib}-base-{i}"))
         rows[ROWS[1]].append(s.run(lib, replay, wk_cache, f"{lib}-warm-{i}"))
+        if s.compare is not None:  # the other installation, on the same warm cache
+            rows[COMPARE].append(
+                s.run(lib, replay, wk_cache, f"{lib}-compare-{i}", {"PYTHONPATH": str(s.compare)})
+            )
         rows[ROWS[2]].append(
             s.run(lib, replay, wk_cache, f"{lib}-jobs1-{i}", {"WARMKIT_JOBS": "1"})
         )
@@ -348,6 +360,7 @@ ROWS = [
     "warmkit run, warm restart, WARMKIT_JOBS=1",
     "bundle install into an empty cache + warmkit run",
 ]
+COMPARE = "warmkit run, warm restart, default, --compare installation"
 
 
 def check(s: Session, lib: str, res: dict) -> None:
@@ -425,6 +438,12 @@ def main() -> None:
     )  # fmt: skip
     p.add_argument("--timeout", type=float, default=TIMEOUT_S, help="seconds per process")
     p.add_argument(
+        "--compare", type=Path, metavar="SITE",
+        help="a folder with another build of warmkit, its plugins and every dependency installed "
+        "(pip install --target SITE): one more timed row, the default warm restart with SITE as "
+        "PYTHONPATH, taking turns with this installation's on the same warm cache (A/B)",
+    )  # fmt: skip
+    p.add_argument(
         "--profile", metavar="PY_SPY",
         help="py-spy's path: also profile one warm restart per jobs setting (<lib>-profile-*.txt); "
         "with --runs 0, only that (no timed rows, no ratios)",
@@ -444,6 +463,7 @@ def main() -> None:
     s.timeout = a.timeout
     s.recordings = a.recordings.resolve() if a.recordings else None
     s.py_spy = a.profile
+    s.compare = a.compare.resolve() if a.compare else None
     results = {}
     for lib in libs:
         results[lib] = measure(s, lib, a.runs)
