@@ -7,14 +7,14 @@
   while the process imports what it imports anyway.
 
 Why a background thread: a device warmup's first module load creates the CUDA
-context (``cuInit``, then the device's primary context), a few hundred
-milliseconds on an H100, and until now it waited for the imports before it
+context (``cuInit``, 0.1 s of the real model's warmup on an H100, then the
+device's primary context), and until now it waited for the imports before it
 (torch's, then the kernels' own modules, seconds of Python). ctypes drops the
 GIL for the length of each foreign call, so the driver's start runs beside
 those imports instead of after them. It is the same driver state the warmup
 would make: the primary context of the device it loads into (Triton's loads
-and torch retain that context, never another), made a little earlier. Nothing
-waits for the thread; a load that comes first waits in the driver for the
+and torch retain that context, never another), made a little earlier. Only the
+warmup's end waits for the thread; a load that comes first waits in the driver for the
 context being made.
 
 What it does not change: a process whose warmup loads kernels into a device
