@@ -140,7 +140,8 @@ elif [ "${1:-}" = real_libraries ]; then
     # COMPARE=DIR: DIR holds other wheels of warmkit and its plugins (say, main's, for an A/B of
     # a change): installed with the rest of .whl/ into their own site, one more timed row.
     if [ -n "${COMPARE:-}" ]; then
-        mkdir -p /tmp/compare-wheels && cp .whl/*.whl /tmp/compare-wheels/ &&
+        rm -rf /tmp/compare-wheels /tmp/site-compare && mkdir /tmp/compare-wheels &&
+            cp .whl/*.whl /tmp/compare-wheels/ &&
             rm -f /tmp/compare-wheels/warmkit*.whl && cp "$COMPARE"/warmkit*.whl /tmp/compare-wheels/ &&
             python3 -m pip install -q --no-index --no-deps --no-cache-dir --upgrade \
                 --target /tmp/site-compare /tmp/compare-wheels/*.whl || exit 1
