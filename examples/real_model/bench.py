@@ -13,6 +13,11 @@ which take turns so that a slow minute lands on both; ``--other-runs``, default
    per process an empty cache, ``warmkit bundle install`` (timed on its own) and
    ``warmkit run -m run.json -- python gen.py``.
 
+With ``--compare SITE`` (another build of warmkit installed with its dependencies by
+``pip install --target SITE``), row 4 has a twin that takes turns with rows 2 and 4:
+``warmkit run`` with ``SITE`` as ``PYTHONPATH``, on the same warm cache (an A/B of a
+change in one run).
+
 Checks (exit 1 when one fails, each failure named): every run's TOKENS equal
 the recorded run's; rows 4 and 5 see 0 JIT events and 0 compiles after start.
 Writes into ``--out``: run.json, model.wkb, one log per process, results.json
@@ -54,6 +59,7 @@ class Bench:
         self.scratch = Path(tempfile.mkdtemp(prefix="real-model-"))
         self.failures: list[str] = []
         self.py_spy: str | None = None
+        self.compare: Path | None = None
         self._n = 0
 
     def cache(self) -> Path:
@@ -66,9 +72,11 @@ class Bench:
         self._call([*self.warmkit, *args], cache, f"warmkit-{args[0]}-{args[1]}-{self._n}")
         return time.perf_counter() - t0
 
-    def gen(self, prefix: list[str], cache: Path, label: str) -> dict:
-        """One fresh process of gen.py (under ``prefix``); its parsed lines."""
-        out, err = self._call([*prefix, *self.workload], cache, label, launch=True)
+    def gen(
+        self, prefix: list[str], cache: Path, label: str, env: dict[str, str] | None = None
+    ) -> dict:
+        """One fresh process of gen.py (under ``prefix``, with ``env`` set); its parsed lines."""
+        out, err = self._call([*prefix, *self.workload], cache, label, launch=True, env=env)
         got: dict = {"label": label}
         hook = HOOK_LINE.search(err)
         if hook:  # `warmkit run`'s startup hook: its warmup's seconds
@@ -86,9 +94,14 @@ class Bench:
         return got
 
     def _call(
-        self, cmd: list[str], cache: Path, label: str, launch: bool = False
+        self,
+        cmd: list[str],
+        cache: Path,
+        label: str,
+        launch: bool = False,
+        env: dict[str, str] | None = None,
     ) -> tuple[str, str]:
-        env = dict(os.environ, TRITON_CACHE_DIR=str(cache), HF_HUB_OFFLINE="1")
+        env = dict(os.environ, **(env or {}), TRITON_CACHE_DIR=str(cache), HF_HUB_OFFLINE="1")
         if launch:  # the clock gen.py's FIRST_RESPONSE_S counts from: warmkit's start included
             env["REAL_MODEL_LAUNCH"] = repr(time.time())
         proc = subprocess.run(
@@ -107,6 +120,9 @@ class Bench:
                 f"bench: {label} exited {proc.returncode}: {shlex.join(cmd)}; see {log}"
             )
         return proc.stdout, proc.stderr
+
+
+COMPARE_ROW = "`warmkit run -m run.json`, warm cache, the --compare installation"
 
 
 def measure(
@@ -134,12 +150,16 @@ def measure(
     b.gen(replay, warm, "run-prime")  # warmkit's own entries into the warm cache, uncounted
     warm_rows: list[dict] = []
     run_rows: list[dict] = []
+    compare_rows: list[dict] = []
     for i in range(runs):  # taking turns: a slow minute of the host lands on both rows
         warm_rows.append(b.gen([], warm, f"warm-{i}"))
         run_rows.append(b.gen(replay, warm, f"run-{i}"))
+        if b.compare is not None:  # the other installation, on the same warm cache
+            compare_rows.append(b.gen(replay, warm, f"compare-{i}", {"PYTHONPATH": str(b.compare)}))
     rows.append(("warm Triton cache, no warmkit", warm_rows))
     rows.append(("`warmkit record` (empty cache)", recorded))
     rows.append(("`warmkit run -m run.json`, warm cache", run_rows))
+    rows.append((COMPARE_ROW, compare_rows))
     build_s, bundled, install_s = None, [], []
     if other:
         build_s = b.wk(
@@ -257,6 +277,12 @@ def main() -> None:
         help="an earlier recording to replay (e.g. the committed run.json): nothing is recorded",
     )  # fmt: skip
     p.add_argument(
+        "--compare", type=Path, metavar="SITE",
+        help="another build of warmkit, its plugins and their dependencies (pip install --target "
+        "SITE): one more row, `warmkit run` with SITE as PYTHONPATH, taking turns with the others "
+        "on the same warm cache (the A/B of a change, in one run)",
+    )  # fmt: skip
+    p.add_argument(
         "--profile", metavar="PY_SPY",
         help="py-spy's path: also profile one warm run with and one without warmkit "
         "(profile-run.txt, profile-warm.txt: collapsed stacks)",
@@ -266,6 +292,7 @@ def main() -> None:
     a.out.mkdir(parents=True, exist_ok=True)
     b = Bench(a.out, shlex.split(a.warmkit), shlex.split(a.gen))
     b.py_spy = a.profile
+    b.compare = a.compare.resolve() if a.compare else None
     other = a.runs if a.other_runs is None else a.other_runs
     rows, extra = measure(b, a.runs, other, a.manifest.resolve() if a.manifest else None)
     check(b, rows)

@@ -26,9 +26,19 @@ if [ -d .whl ]; then
 fi
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 python3 -c "import sys, torch, triton, transformers, liger_kernel; print('python', sys.version.split()[0], 'torch', torch.__version__, 'triton', triton.__version__, 'transformers', transformers.__version__)" || exit 1
+# COMPARE=DIR: DIR holds other wheels of warmkit and its plugins (say, main's): installed with
+# the rest of .whl/ into their own site, for one more row of `warmkit run` (an A/B of a change).
+if [ -n "${COMPARE:-}" ]; then
+    rm -rf /tmp/compare-wheels /tmp/site-compare && mkdir /tmp/compare-wheels &&
+        cp .whl/*.whl /tmp/compare-wheels/ && rm -f /tmp/compare-wheels/warmkit*.whl &&
+        cp "$COMPARE"/warmkit*.whl /tmp/compare-wheels/ &&
+        python3 -m pip install -q --no-index --no-deps --no-cache-dir --upgrade \
+            --target /tmp/site-compare /tmp/compare-wheels/*.whl || exit 1
+fi
 # PROFILE=1: also py-spy profiles of one warm run with and without warmkit (py-spy's wheel in .whl/)
 python3 examples/real_model/bench.py --runs "${1:-5}" --out "$OUT/real_model" \
-    ${PROFILE:+--profile /tmp/site/bin/py-spy} ${MANIFEST:+--manifest "$MANIFEST"} ${OTHER_RUNS:+--other-runs "$OTHER_RUNS"}
+    ${PROFILE:+--profile /tmp/site/bin/py-spy} ${MANIFEST:+--manifest "$MANIFEST"} ${OTHER_RUNS:+--other-runs "$OTHER_RUNS"} \
+    ${COMPARE:+--compare /tmp/site-compare}
 rc=$?
 rm -f "$OUT"/real_model/rec-[1-9]*.json  # the first recording is run.json; the rest only timed
 exit $rc

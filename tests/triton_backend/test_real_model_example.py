@@ -142,3 +142,42 @@ def test_the_h100_recording_builds_under_its_triton_and_is_refused_under_another
         assert proc.returncode == 1 and not wkb.exists()
         assert "the pinned identity cannot be reproduced on this host: function " in proc.stderr
         assert "triton.language.standard:" in proc.stderr
+
+
+FAKE_GEN = """
+import sys
+print("TOKENS [1, 2]")
+for line in ("MAIN_AT_S 0.1", "IMPORTS_S 0.2", "FIRST_RESPONSE_S 1.0", "STEADY_S 0.1", "COMPILES 0"):
+    print(line)
+if "warmkit" in sys.modules:  # under `warmkit run`: which installation's hook ran
+    import warmkit
+    print("JIT_EVENTS 0 []")
+    print("WARMKIT_FROM", warmkit.__file__)
+"""
+
+
+def test_bench_compare_row_runs_the_other_installation(tmp_path: Path) -> None:
+    # The A/B row of a change (--compare SITE) must run SITE's warmkit, parent and hook,
+    # taking turns with this installation's row; a smoke run with a stand-in for gen.py.
+    import shutil
+
+    site = tmp_path / "site"
+    shutil.copytree(
+        ROOT / "warmkit", site / "warmkit", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    gen = tmp_path / "fake_gen.py"
+    gen.write_text(FAKE_GEN)
+    out = tmp_path / "out"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WARMKIT_")}
+    cmd = [sys.executable, str(ROOT / "examples" / "real_model" / "bench.py"), "--runs", "2"]
+    cmd += ["--other-runs", "0", "--out", str(out), "--gen", f"{sys.executable} {gen}"]
+    cmd += ["--compare", str(site)]
+    proc = subprocess.run(cmd, check=False, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = dict(json.loads((out / "results.json").read_text())["rows"])
+    compare = rows["`warmkit run -m run.json`, warm cache, the --compare installation"]
+    assert [r["label"] for r in compare] == ["compare-0", "compare-1"]
+    assert [r["jit_events"] for r in compare] == [0, 0]
+    for label, where in (("compare-0", site), ("run-0", ROOT)):
+        log = (out / f"{label}.log").read_text()
+        assert f"WARMKIT_FROM {where / 'warmkit' / '__init__.py'}" in log, log
