@@ -7,6 +7,7 @@ import json
 import os
 import platform
 import statistics
+import subprocess
 import sys
 from collections.abc import Sequence
 from importlib import metadata
@@ -52,6 +53,57 @@ def _gpu_name() -> str | None:
         return torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
     except Exception:  # noqa: BLE001 -- no torch: no GPU to name
         return None
+
+
+def marked_child(cmd: list[str], env: dict[str, str], mark: str, name: str) -> dict[str, Any]:
+    """Run a benchmark's child process; its result is the JSON after ``mark`` on its last such line.
+
+    Raises:
+        SystemExit: the child failed or printed no result; the message names it (``name``)
+            and ends with its output.
+    """
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(mark)]
+    if proc.returncode != 0 or not lines:
+        raise SystemExit(f"{name} child failed ({proc.returncode}):\n"
+                         f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")  # fmt: skip
+    return json.loads(lines[-1][len(mark) :])
+
+
+def timed_warmup(registry: Any, target: str, jobs: int, profile_to: str | None) -> dict[str, Any]:
+    """A child's AOT ``warmkit.warmup`` of ``registry`` (``jobs`` 0: the default), as facts.
+
+    ``profile_to``: also write a cProfile (cumulative; warmkit's functions, then all) there.
+    """
+    import warmkit
+
+    config = warmkit.WarmupConfig(target=target, jobs=jobs or None, progress="off", monitor="off")
+    if profile_to:
+        import cProfile
+        import io
+        import pstats
+
+        profiler = cProfile.Profile()
+        report = profiler.runcall(warmkit.warmup, config, registry)
+        text = io.StringIO()
+        pstats.Stats(profiler, stream=text).sort_stats("cumulative").print_stats("warmkit", 40)
+        pstats.Stats(profiler, stream=text).sort_stats("cumulative").print_stats(60)
+        Path(profile_to).write_text(text.getvalue())
+    else:
+        report = warmkit.warmup(config, registry)
+    statuses = [e.status for e in report.entries]
+    return {
+        "total_s": report.seconds,
+        "entry_s": [e.seconds for e in report.entries],
+        "statuses": statuses,
+        "compiles": len(statuses) - statuses.count("cached"),
+        "jobs": report.jobs,
+    }
+
+
+def snapshot(root: Path) -> dict[str, int]:
+    """Every path under ``root`` and its mtime: equal snapshots, no file written in between."""
+    return {str(p.relative_to(root)): p.stat().st_mtime_ns for p in root.rglob("*")}
 
 
 def parser(description: str) -> argparse.ArgumentParser:

@@ -37,7 +37,6 @@ import importlib.util
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -114,50 +113,24 @@ def _warmkit_child(shapes: list[tuple[int, int, int]], target: str, jobs: int) -
     reg = warmkit.WarmupRegistry()
     for m, n, k in shapes:
         reg.add(TiledGemm, m=m, n=n, k=k)
-    config = warmkit.WarmupConfig(target=target, jobs=jobs or None, progress="off", monitor="off")
-    profile_to = os.environ.get("TILELANG_HIT_PROFILE")
-    if profile_to:
-        import cProfile
-        import io
-        import pstats
+    from _common import timed_warmup
 
-        profiler = cProfile.Profile()
-        report = profiler.runcall(warmkit.warmup, config, reg)
-        text = io.StringIO()
-        pstats.Stats(profiler, stream=text).sort_stats("cumulative").print_stats("warmkit", 40)
-        pstats.Stats(profiler, stream=text).sort_stats("cumulative").print_stats(60)
-        Path(profile_to).write_text(text.getvalue())
-    else:
-        report = warmkit.warmup(config, reg)
-    statuses = [e.status for e in report.entries]
     return {
         "import_s": import_s,
-        "total_s": report.seconds,
-        "entry_s": [e.seconds for e in report.entries],
-        "statuses": statuses,
-        "compiles": len(statuses) - statuses.count("cached"),
-        "jobs": report.jobs,
+        **timed_warmup(reg, target, jobs, os.environ.get("TILELANG_HIT_PROFILE")),
     }
 
 
 def run_child(row: str, tiny: bool, target: str, env: dict[str, str]) -> dict[str, Any]:
+    from _common import marked_child
+
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", row, "--target", target]
-    cmd += ["--tiny"] * tiny
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(MARK)]
-    if proc.returncode != 0 or not lines:
-        raise SystemExit(f"tilelang_hit.py: {row} child failed ({proc.returncode}):\n"
-                         f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")  # fmt: skip
-    return json.loads(lines[-1][len(MARK) :])
-
-
-def snapshot(cache: Path) -> dict[str, int]:
-    return {str(p.relative_to(cache)): p.stat().st_mtime_ns for p in cache.rglob("*")}
+    return marked_child(cmd + ["--tiny"] * tiny, env, MARK, f"tilelang_hit.py: {row}")
 
 
 def main() -> int:
     sys.path.insert(0, str(HERE))
-    from _common import parser
+    from _common import parser, snapshot
 
     ap = parser("TileLang's own warm-cache hit vs warmkit's cached key (fresh processes)")
     ap.add_argument("--target", default="cuda:90", help="the AOT target (default cuda:90: sm_90a)")

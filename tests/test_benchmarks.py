@@ -29,6 +29,7 @@ SCRIPTS = [
     "warm_key.py",
     "fault_matrix.py",
     "tilelang_hit.py",
+    "cutedsl_hit.py",
 ]
 #: not benchmarks: shared helpers and workloads (synthetic_kernels.py has its own check below);
 #: identity_gpu.py is the lead's H200 proof of pinned identity (needs CUDA and fla-core);
