@@ -9,7 +9,7 @@ import platform
 import statistics
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -99,6 +99,30 @@ def timed_warmup(registry: Any, target: str, jobs: int, profile_to: str | None) 
         "compiles": len(statuses) - statuses.count("cached"),
         "jobs": report.jobs,
     }
+
+
+def take_turns(
+    rows: Sequence[str],
+    runs: int,
+    run_row: Callable[[str], dict[str, Any]],
+    keys: int,
+    profile: Callable[[], Any] | None = None,
+) -> dict[str, list[dict[str, Any]]]:
+    """``runs`` rounds of ``run_row(row)`` (a child's facts) per row, the rows in turn.
+
+    Every other round is reversed, so that a busy minute of a shared host lands on
+    every row. ``profile``, if given, runs once before the first round: not a sample.
+    """
+    samples: dict[str, list[dict[str, Any]]] = {row: [] for row in rows}
+    for run in range(runs):
+        if profile is not None and run == 0:
+            profile()
+        for row in rows if run % 2 == 0 else list(rows)[::-1]:
+            res = run_row(row)
+            samples[row].append(res)
+            print(f"run {run} {row}: {1000 * res['total_s'] / keys:.2f} ms/key, "
+                  f"{res['compiles']} compiles, import {res['import_s']:.2f} s", flush=True)  # fmt: skip
+    return samples
 
 
 def snapshot(root: Path) -> dict[str, int]:

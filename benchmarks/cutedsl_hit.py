@@ -175,7 +175,7 @@ def run_child(row: str, tiny: bool, target: str, env: dict[str, str]) -> dict[st
 
 def main() -> int:
     sys.path.insert(0, str(HERE))
-    from _common import parser, snapshot
+    from _common import parser, snapshot, take_turns
 
     ap = parser("CuTe DSL alone (no hit of its own) vs warmkit's cached key (fresh processes)")
     ap.add_argument("--target", default="cuda:90", help="the AOT target (default cuda:90: sm_90a)")
@@ -196,7 +196,6 @@ def main() -> int:
     arch = _backend._arch(a.target)
     options = _cute_api.compile_options(arch)  # what _backend._build passes
     runs = 1 if a.tiny else a.runs
-    samples: dict[str, list[dict[str, Any]]] = {row: [] for row in ROWS}
     with tempfile.TemporaryDirectory(prefix="cutedsl-hit-") as tmp:
         base = {k: v for k, v in os.environ.items() if not k.startswith("WARMKIT_")}
         base["CUTEDSL_HIT_OPTIONS"] = options
@@ -211,17 +210,18 @@ def main() -> int:
               f"{cold['total_s'] / len(keys):.2f} s per key, statuses {cold['statuses']}",
               flush=True)  # fmt: skip
         before = snapshot(cache)
-        rows = list(ROWS)
-        for run in range(runs):
-            if a.profile and run == 0:  # not a sample
-                profiled = {**env_of["warmkit jobs=1"],
-                            "CUTEDSL_HIT_PROFILE": str(Path(a.profile).resolve())}  # fmt: skip
-                run_child("warmkit jobs=1", a.tiny, a.target, profiled)
-            for row in rows if run % 2 == 0 else rows[::-1]:
-                res = run_child(row, a.tiny, a.target, env_of[row])
-                samples[row].append(res)
-                print(f"run {run} {row}: {1000 * res['total_s'] / len(keys):.2f} ms/key, "
-                      f"{res['compiles']} compiles, import {res['import_s']:.2f} s", flush=True)  # fmt: skip
+
+        def profile() -> None:  # one extra warmkit jobs=1 process, not a sample
+            profiled = {
+                **env_of["warmkit jobs=1"],
+                "CUTEDSL_HIT_PROFILE": str(Path(a.profile).resolve()),
+            }
+            run_child("warmkit jobs=1", a.tiny, a.target, profiled)
+
+        samples = take_turns(
+            list(ROWS), runs, lambda row: run_child(row, a.tiny, a.target, env_of[row]), len(keys),
+            profile if a.profile else None,
+        )  # fmt: skip
         unchanged = snapshot(cache) == before
         alone_files = sorted(str(p.relative_to(alone)) for p in alone.rglob("*"))
     from _common import emit

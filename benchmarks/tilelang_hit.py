@@ -130,7 +130,7 @@ def run_child(row: str, tiny: bool, target: str, env: dict[str, str]) -> dict[st
 
 def main() -> int:
     sys.path.insert(0, str(HERE))
-    from _common import parser, snapshot
+    from _common import parser, snapshot, take_turns
 
     ap = parser("TileLang's own warm-cache hit vs warmkit's cached key (fresh processes)")
     ap.add_argument("--target", default="cuda:90", help="the AOT target (default cuda:90: sm_90a)")
@@ -147,7 +147,6 @@ def main() -> int:
     if a.runs < 5 and not a.tiny:
         ap.error("--runs must be >= 5 (medians of fewer runs are noise); --tiny for a smoke run")
     runs = 1 if a.tiny else a.runs
-    samples: dict[str, list[dict[str, Any]]] = {row: [] for row in ROWS}
     with tempfile.TemporaryDirectory(prefix="tilelang-hit-") as tmp:
         cache = Path(tmp) / "tilelang"
         env = {k: v for k, v in os.environ.items() if not k.startswith("WARMKIT_")}
@@ -156,16 +155,15 @@ def main() -> int:
         print(f"cold (TileLang alone): {cold['compiles']} compiles, "
               f"{cold['total_s'] / len(shapes):.2f} s per key", flush=True)  # fmt: skip
         before = snapshot(cache)
-        rows = list(ROWS)
-        for run in range(runs):
-            if a.profile and run == 0:  # not a sample
-                profiled = {**env, "TILELANG_HIT_PROFILE": str(Path(a.profile).resolve())}
-                run_child("warmkit jobs=1", a.tiny, a.target, profiled)
-            for row in rows if run % 2 == 0 else rows[::-1]:
-                res = run_child(row, a.tiny, a.target, env)
-                samples[row].append(res)
-                print(f"run {run} {row}: {1000 * res['total_s'] / len(shapes):.2f} ms/key, "
-                      f"{res['compiles']} compiles, import {res['import_s']:.2f} s", flush=True)  # fmt: skip
+
+        def profile() -> None:  # one extra warmkit jobs=1 process, not a sample
+            profiled = {**env, "TILELANG_HIT_PROFILE": str(Path(a.profile).resolve())}
+            run_child("warmkit jobs=1", a.tiny, a.target, profiled)
+
+        samples = take_turns(
+            list(ROWS), runs, lambda row: run_child(row, a.tiny, a.target, env), len(shapes),
+            profile if a.profile else None,
+        )  # fmt: skip
         unchanged = snapshot(cache) == before
     from _common import emit
 
