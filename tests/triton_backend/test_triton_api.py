@@ -208,6 +208,38 @@ def check_probe_or_load(triton_cache: Path) -> None:
         assert any(loaded in cache.values() for cache in api.kernel_caches(add_kernel))
         assert api.probe_or_load(*launch, lambda d: True) == (None, None)  # an in-memory hit
         api.drop_device(add_kernel, device)
+        # A stand-in takes the CompiledKernel's place: Triton reads nothing (no listener call),
+        # and the stand-in is given the hash and the ASTSource Triton hashed.
+        device = api.prepare_function(add_kernel)
+        given, heard = [], []
+        stand_in = object()
+        previous = triton.knobs.compilation.listener
+        triton.knobs.compilation.listener = lambda **kw: heard.append(kw)
+        try:
+            third, put = api.probe_or_load(
+                *launch, lambda d: True, lambda d, src: given.append((d, src)) or stand_in
+            )
+        finally:
+            triton.knobs.compilation.listener = previous
+        assert third == digest and put is stand_in and heard == []
+        ((seen, src),) = given
+        assert seen == digest and src.name == "add_kernel"
+        assert dict(src.signature) == dict(loaded.src.signature)
+        assert any(stand_in in cache.values() for cache in api.kernel_caches(add_kernel))
+        api.drop_device(add_kernel, device)
+        # A stand-in that declines (None), and TRITON_ALWAYS_COMPILE: Triton's compile runs.
+        for declines, always in ((True, False), (False, True)):
+            device = api.prepare_function(add_kernel)
+            before = triton.knobs.compilation.always_compile
+            triton.knobs.compilation.always_compile = always
+            try:
+                _, got = api.probe_or_load(
+                    *launch, lambda d: True, lambda d, src, no=declines: None if no else stand_in
+                )
+            finally:
+                triton.knobs.compilation.always_compile = before
+            assert got is not stand_in and api.compiled_identity(got)[1] == "add_kernel"
+            api.drop_device(add_kernel, device)
 
 
 @canary("cache_is_redirected")

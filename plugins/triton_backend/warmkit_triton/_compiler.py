@@ -54,7 +54,7 @@ from ._aot import (
 )
 from ._entry import entry_dir, record_entry, verifying, write_entry_record
 from ._kernel import InterpretedExecutor, TritonExecutor, check_warmup_args
-from ._probe import Loaded, Probed, entry_on_disk, probing
+from ._probe import Loaded, Probed, aot_hit, entry_on_disk, probing
 from ._triton_api import require_triton
 
 __all__ = ["INTERPRETER", "TritonCompiler", "device_target"]
@@ -302,7 +302,16 @@ class TritonCompiler:
                 return self.compile_aot(name, key, fn, args, kwargs, options, tgt, scope)
             return self.compile_device(name, key, kernel, fn, args, kwargs, options, scope)
 
-    def _warmup(self, fn: Any, args: Any, kwargs: Any, options: Any, scope: _Scope | None) -> Any:
+    def _warmup(
+        self,
+        fn: Any,
+        args: Any,
+        kwargs: Any,
+        options: Any,
+        scope: _Scope | None,
+        *,
+        aot: bool = False,
+    ) -> Any:
         def call() -> Any:
             return api.warmup(fn, args, kwargs, options)
 
@@ -310,9 +319,12 @@ class TritonCompiler:
             scope.fns.add(fn)
         hashes = probing.get()
         if hashes is not None:
-            # One walk of the launch path: an entry on disk is loaded now (a verified hit);
-            # otherwise only its hash comes out, and the fleet locks and compiles it.
-            digest, kernel = api.probe_or_load(fn, args, kwargs, options, entry_on_disk)
+            # One walk of the launch path: an entry on disk is loaded now (a verified hit; for
+            # an AOT target only checked, not read: aot_hit); otherwise only its hash comes
+            # out, and the fleet locks and compiles it.
+            digest, kernel = api.probe_or_load(
+                fn, args, kwargs, options, entry_on_disk, aot_hit if aot else None
+            )
             if kernel is None:
                 raise Probed(digest)
             hashes.append(digest)  # type: ignore[arg-type]  # not None: a kernel was loaded
@@ -407,7 +419,7 @@ class TritonCompiler:
         self.forget_in_memory(fn)
         with aot_driver(drv):
             self._prepare(fn)
-            compiled = self._warmup(fn, args, kwargs, options, scope)
+            compiled = self._warmup(fn, args, kwargs, options, scope, aot=True)
         digest, fname = api.compiled_identity(compiled)
         hit = _hooks.pop_outcome(digest)
         artifact = AotArtifact(

@@ -62,6 +62,7 @@ __all__ = [
     "prepare_entries",
     "record_entry",
     "relocate_cache_entry",
+    "sound_entry",
     "validity_fields",
     "validity_record",
     "verify_cache_entry",
@@ -176,7 +177,7 @@ def record_entry(entry: str | os.PathLike[str]) -> None:
         logger.warning("%s", exc)
 
 
-def _sound(entry: str) -> bool:
+def sound_entry(entry: str) -> bool:
     """Whether an entry may be read as a hit; a bad one is quarantined (with a warning naming it).
 
     An entry unchanged since a full check passed is not hashed again (``verify_entry_stamped``).
@@ -206,7 +207,7 @@ def verifying() -> Iterator[None]:
     with _lock:
         if _users == 0:
             if api.cache_manager_class() is None:
-                _cls = _cls or api.checked_cache_manager(_sound)
+                _cls = _cls or api.checked_cache_manager(sound_entry)
                 api.set_cache_manager_class(_cls)
             else:
                 logger.debug(

@@ -515,11 +515,18 @@ class _ProbeMode:
     active async mode's ``submit(key, compile, finalize[, cleanup])``, before
     compiling or caching anything. With ``load_if``, a submission whose hash
     it accepts is run at once instead (``compile`` then finds the entry on
-    disk) and its ``CompiledKernel`` returned, as a synchronous compile would.
+    disk) and its ``CompiledKernel`` returned, as a synchronous compile would;
+    with ``stand_in`` too, what ``stand_in(hash, src)`` makes is returned
+    instead of running ``compile`` (None: ``compile`` runs).
     """
 
-    def __init__(self, load_if: Callable[[str], bool] | None = None) -> None:
+    def __init__(
+        self,
+        load_if: Callable[[str], bool] | None = None,
+        stand_in: Callable[[str, Any], Any] | None = None,
+    ) -> None:
         self.load_if = load_if
+        self.stand_in = stand_in
         self.digest: str | None = None
 
     def submit(self, key: str, *fns: Any) -> Any:
@@ -528,10 +535,34 @@ class _ProbeMode:
         self.digest = hashlib.sha256(key.encode("utf-8")).hexdigest()
         if self.load_if is not None and len(fns) >= 2 and self.load_if(self.digest):
             compile_fn, finalize = fns[0], fns[1]
-            kernel = compile_fn()
+            kernel = None
+            if self.stand_in is not None:
+                src = _compile_source(compile_fn)
+                if src is not None:
+                    kernel = self.stand_in(self.digest, src)
+            if kernel is None:
+                kernel = compile_fn()
             finalize(kernel)
             return kernel
         raise _CacheKeyProbe(key)
+
+
+def _compile_source(compile_fn: Any) -> Any:
+    """The ``ASTSource`` the async compile closure of ``_do_compile`` would compile; None if not found.
+
+    None too under ``TRITON_ALWAYS_COMPILE`` (``knobs.compilation.always_compile``),
+    where Triton's ``compile`` would not take the disk hit. Checked: 3.6.0, 3.9.0.
+    """
+    from triton import knobs
+
+    if knobs.compilation.always_compile:
+        return None
+    code = getattr(compile_fn, "__code__", None)
+    cells = getattr(compile_fn, "__closure__", None)
+    if code is None or not cells or "src" not in code.co_freevars:
+        return None
+    src = cells[code.co_freevars.index("src")].cell_contents
+    return src if hasattr(src, "signature") and hasattr(src, "name") else None
 
 
 def probe_cache_hash(
@@ -559,6 +590,7 @@ def probe_or_load(
     kwargs: Mapping[str, Any],
     options: Mapping[str, Any],
     load_if: Callable[[str], bool],
+    stand_in: Callable[[str, Any], Any] | None = None,
 ) -> tuple[str | None, Any]:
     """``(hash, kernel)``: the cache hash :func:`warmup` would write, and the loaded kernel if ``load_if(hash)``.
 
@@ -567,9 +599,15 @@ def probe_or_load(
     the ``CompiledKernel`` is returned, in ``fn``'s in-memory cache as after
     :func:`warmup`; otherwise nothing is compiled, written or cached and the
     kernel is None. ``(None, None)``: the variant is already in memory.
+
+    ``stand_in(hash, src)``, if given, is asked first for an accepted hash
+    (``src``: the ``ASTSource``, with its ``name`` and ``signature``): what it
+    returns takes the ``CompiledKernel``'s place, in the result and in ``fn``'s
+    in-memory cache, and Triton reads nothing of the entry; when it returns
+    None, or under ``TRITON_ALWAYS_COMPILE``, Triton's ``compile`` runs.
     Checked: 3.6.0, 3.9.0.
     """
-    mode = _ProbeMode(load_if)
+    mode = _ProbeMode(load_if, stand_in)
     with active_async_mode(mode):
         try:
             kernel = warmup(fn, args, kwargs, options)
