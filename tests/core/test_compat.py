@@ -180,7 +180,7 @@ def test_warmup_and_prepares_setup_run_under_the_guard(monkeypatch):
     monkeypatch.setattr(
         _prepare, "_set_up_backends", lambda *a: in_setup.append(ast.parse is not original)
     )
-    _prepare._setup(None, ())
+    _prepare._setup(None, (), threading.Event())
     assert in_setup == [True]
     assert ast.parse is original
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
+import types
 from typing import ClassVar
 
 import pytest
@@ -86,6 +88,36 @@ def test_prepare_is_idempotent_until_a_warmup_joins_it(backend):
     warmkit.prepare(FAKE)  # after the join: a new setup
     warmkit.warmup(WarmupConfig(progress="off"), registry(ScaleKernel))
     assert [k for k, _ in PreparingBackend.events].count("setup") == 2
+
+
+class OtherBackend(FakeBackend):
+    """A second backend whose setup only logs: ``PreparingBackend``'s events, under its own name."""
+
+    def prepare(self, target: str | None) -> None:
+        PreparingBackend.events.append(("other setup", threading.current_thread().name))
+
+
+def test_imported_dsls_go_first_and_a_joining_warmup_leaves_the_rest_alone(backend, monkeypatch):
+    # 'fake' is an imported module here, 'other' is not: fake's setup goes first though listed
+    # second; the warmup joins while it runs, so other's setup never starts (the warmup has no
+    # key of it: setting it up would only hold the GIL meanwhile).
+    monkeypatch.setitem(sys.modules, "fake", types.ModuleType("fake"))
+    PreparingBackend.release = threading.Event()
+    both = WarmupConfig(backends=("other", "fake"), jobs=1)
+    with backend_override("other", OtherBackend()):
+        warmkit.prepare(both)
+        threading.Timer(0.2, PreparingBackend.release.set).start()
+        report = warmkit.warmup(WarmupConfig(progress="off"), registry(ScaleKernel))
+        assert [e.status for e in report.entries] == ["compiled", "compiled"]
+        assert [k for k, _ in PreparingBackend.events] == ["setup", "compile", "compile"]
+        # the stop was that warmup's: a later prepare() sets both up, in the order of need
+        warmkit.prepare(both)
+        deadline = time.monotonic() + 10
+        while ("other setup" not in dict(PreparingBackend.events)) and time.monotonic() < deadline:
+            time.sleep(0.01)  # the engine's own work, before its warmup joins
+        warmkit.warmup(WarmupConfig(progress="off"), registry(ScaleKernel))
+    setups = [k for k, _ in PreparingBackend.events if "setup" in k]
+    assert setups == ["setup", "setup", "other setup"]
 
 
 def test_a_failed_setup_fails_that_backends_keys_naming_the_plugin(backend):

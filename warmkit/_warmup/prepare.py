@@ -14,7 +14,12 @@ and, for a warmup that compiles in worker processes (``jobs >= 4``, or with
 ``WARMKIT_COMPILE_PROCESSES=on``), starting those processes (``_workers``).
 
 ``warmup`` joins the thread before it plans, so warming up before the setup
-finished is safe: it waits for the rest, and that wait counts in its seconds.
+finished is safe: it waits for the backend being set up, and that wait counts
+in its seconds. The backends go in the order of need: those whose DSL the
+process has imported first (``triton``), then the others. One not started
+when a warmup joins is left alone: setting it up would hold the GIL while
+the warmup runs, for nothing when the warmup has no key of it, and a warmup
+that has loads it itself, as without ``prepare()``.
 A backend whose setup raised fails its keys in that warmup's report, with the
 error and a note naming the plugin; other backends are not affected, and a
 later warmup runs the setup again as part of its own work.
@@ -29,6 +34,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import threading
 
 from .. import _envs
@@ -42,8 +48,11 @@ __all__ = ["join", "prepare"]
 logger = logging.getLogger(__name__)
 
 _lock = threading.Lock()
-#: The setups running or finished but not yet joined by a warmup, by (target, backends).
-_threads: dict[tuple[str | None, tuple[str, ...] | None], threading.Thread] = {}
+#: The setups running or finished but not yet joined by a warmup, by (target, backends),
+#: each with the event a joining warmup sets to have it stop before its next backend.
+_threads: dict[
+    tuple[str | None, tuple[str, ...] | None], tuple[threading.Thread, threading.Event]
+] = {}
 _failures: dict[tuple[str | None, str], BaseException] = {}  # (target, backend) -> error
 
 
@@ -101,19 +110,23 @@ def _start_setup(target: str | None, backends: tuple[str, ...] | None) -> None:
     with _lock:
         if (target, backends) in _threads:
             return  # already under way: prepare() is idempotent until a warmup joins it
-        thread = _threads[target, backends] = threading.Thread(
-            target=_setup, args=(target, backends), name="warmkit-prepare", daemon=True
+        stop = threading.Event()
+        thread = threading.Thread(
+            target=_setup, args=(target, backends, stop), name="warmkit-prepare", daemon=True
         )
+        _threads[target, backends] = (thread, stop)
     settle_sysconfig()  # the engine's thread reads it meanwhile (importing, say)
     thread.start()
 
 
-def _setup(target: str | None, backends: tuple[str, ...] | None) -> None:
+def _setup(target: str | None, backends: tuple[str, ...] | None, stop: threading.Event) -> None:
     with ast_parse_serialized():  # a backend's setup may parse kernels while the engine does too
-        _set_up_backends(target, backends)
+        _set_up_backends(target, backends, stop)
 
 
-def _set_up_backends(target: str | None, backends: tuple[str, ...] | None) -> None:
+def _set_up_backends(
+    target: str | None, backends: tuple[str, ...] | None, stop: threading.Event
+) -> None:
     from .._plugin.discovery import BACKENDS_GROUP, call_hook, discover, get_backend
 
     try:
@@ -121,7 +134,14 @@ def _set_up_backends(target: str | None, backends: tuple[str, ...] | None) -> No
     except Exception as exc:  # noqa: BLE001 -- warmup reports a bad allow-list itself
         logger.debug("warmkit.prepare: plugin discovery failed: %s", exc)
         return
-    for name in names:
+    left = list(names)
+    while left:
+        if stop.is_set():
+            logger.debug("warmkit.prepare: left to the warmup: backend(s) %s", ", ".join(left))
+            return
+        # Chosen now, not at the start: the engine imports its DSLs meanwhile.
+        name = next((n for n in left if n in sys.modules), left[0])
+        left.remove(name)
         try:
             backend = get_backend(name)
         except Exception as exc:  # noqa: BLE001 -- warmup reports it per key, with its hint
@@ -164,7 +184,9 @@ def join(target: str | None = None) -> dict[str, BaseException]:
     ``prepare()`` after it runs the setup again (cheap: what it did is done).
     """
     with _lock:
-        threads = {k: t for k, t in _threads.items() if t is not threading.current_thread()}
+        threads = {k: t for k, (t, _) in _threads.items() if t is not threading.current_thread()}
+        for k in threads:
+            _threads[k][1].set()  # a backend not yet started is the warmup's own (module doc)
     for thread in threads.values():
         thread.join()
     with _lock:
