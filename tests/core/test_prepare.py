@@ -98,13 +98,15 @@ class OtherBackend(FakeBackend):
 
 
 def test_imported_dsls_go_first_and_a_joining_warmup_leaves_the_rest_alone(backend, monkeypatch):
-    # 'fake' is an imported module here, 'other' is not: fake's setup goes first though listed
-    # second; the warmup joins while it runs, so other's setup never starts (the warmup has no
-    # key of it: setting it up would only hold the GIL meanwhile).
+    # 'fake' is an imported module here, 'early' is not: fake's setup goes first though
+    # 'early' comes first in the (sorted) list; the warmup joins while it runs, so other's setup never starts (the warmup has no
+    # key of it: setting it up would only hold the GIL meanwhile). An imported one is set up
+    # even when the warmup joined before it started: its setup is what the warmup waits for.
     monkeypatch.setitem(sys.modules, "fake", types.ModuleType("fake"))
     PreparingBackend.release = threading.Event()
-    both = WarmupConfig(backends=("other", "fake"), jobs=1)
-    with backend_override("other", OtherBackend()):
+    both = WarmupConfig(backends=("early", "fake"), jobs=1)
+    assert both.backends == ("early", "fake")
+    with backend_override("early", OtherBackend()):
         warmkit.prepare(both)
         threading.Timer(0.2, PreparingBackend.release.set).start()
         report = warmkit.warmup(WarmupConfig(progress="off"), registry(ScaleKernel))
@@ -118,6 +120,31 @@ def test_imported_dsls_go_first_and_a_joining_warmup_leaves_the_rest_alone(backe
         warmkit.warmup(WarmupConfig(progress="off"), registry(ScaleKernel))
     setups = [k for k, _ in PreparingBackend.events if "setup" in k]
     assert setups == ["setup", "setup", "other setup"]
+
+
+class SlowOtherBackend(FakeBackend):
+    """A second backend whose setup says it started, then waits for ``PreparingBackend.release``."""
+
+    started: ClassVar[threading.Event] = threading.Event()
+
+    def prepare(self, target: str | None) -> None:
+        self.started.set()
+        assert PreparingBackend.release is not None and PreparingBackend.release.wait(10)
+        PreparingBackend.events.append(("other setup", threading.current_thread().name))
+
+
+def test_a_joining_warmup_still_waits_for_the_setup_of_imported_dsls(backend, monkeypatch):
+    PreparingBackend.release = threading.Event()
+    SlowOtherBackend.started = threading.Event()
+    with backend_override("early", SlowOtherBackend()):
+        warmkit.prepare(WarmupConfig(backends=("early", "fake"), jobs=1))  # nothing imported
+        assert SlowOtherBackend.started.wait(10)  # 'early' first, as listed
+        # the engine imports fake's DSL meanwhile, then warms up while other's setup runs
+        monkeypatch.setitem(sys.modules, "fake", types.ModuleType("fake"))
+        threading.Timer(0.2, PreparingBackend.release.set).start()
+        warmkit.warmup(WarmupConfig(progress="off"), registry(ScaleKernel))
+    kinds = [k for k, _ in PreparingBackend.events]
+    assert kinds == ["other setup", "setup", "compile", "compile"]
 
 
 def test_a_failed_setup_fails_that_backends_keys_naming_the_plugin(backend):

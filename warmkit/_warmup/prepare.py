@@ -16,10 +16,11 @@ and, for a warmup that compiles in worker processes (``jobs >= 4``, or with
 ``warmup`` joins the thread before it plans, so warming up before the setup
 finished is safe: it waits for the backend being set up, and that wait counts
 in its seconds. The backends go in the order of need: those whose DSL the
-process has imported first (``triton``), then the others. One not started
-when a warmup joins is left alone: setting it up would hold the GIL while
-the warmup runs, for nothing when the warmup has no key of it, and a warmup
-that has loads it itself, as without ``prepare()``.
+process has imported first (``triton``), then the others. Once a warmup
+joins, one whose DSL is not imported and that has not started is left alone:
+setting it up would hold the GIL while the warmup waits, for nothing when the
+warmup has no key of it, and a warmup that has loads it itself, as without
+``prepare()``.
 A backend whose setup raised fails its keys in that warmup's report, with the
 error and a note naming the plugin; other backends are not affected, and a
 later warmup runs the setup again as part of its own work.
@@ -136,11 +137,12 @@ def _set_up_backends(
         return
     left = list(names)
     while left:
-        if stop.is_set():
+        # Chosen now, not at the start: the engine imports its DSLs meanwhile.
+        imported = [n for n in left if n in sys.modules]
+        if stop.is_set() and not imported:
             logger.debug("warmkit.prepare: left to the warmup: backend(s) %s", ", ".join(left))
             return
-        # Chosen now, not at the start: the engine imports its DSLs meanwhile.
-        name = next((n for n in left if n in sys.modules), left[0])
+        name = (imported or left)[0]
         left.remove(name)
         try:
             backend = get_backend(name)
