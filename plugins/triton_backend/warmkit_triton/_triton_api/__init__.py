@@ -19,6 +19,15 @@ called, and :func:`require_triton` turns a missing or too old Triton into
 
 from __future__ import annotations
 
+from ._async import (
+    active_async_mode,
+    async_compile_mode,
+    future_result,
+    is_future,
+    probe_cache_hash,
+    probe_or_load,
+    resolved_future,
+)
 from ._autotune import (
     AutotunerParts,
     autotuner_parts,
@@ -86,9 +95,7 @@ from ._runtime import (
     CompileEvent,
     Launcher,
     MissEvent,
-    active_async_mode,
     active_driver,
-    async_compile_mode,
     backend_names,
     binder,
     build_launcher,
@@ -98,14 +105,12 @@ from ._runtime import (
     direct_launch,
     drop_device,
     forget_ptxas_version,
-    future_result,
     get_compilation_listener,
     get_jit_cache_hook,
     gpu_target,
     hook_chain_active,
     installed_driver,
     interpreting,
-    is_future,
     is_interpreted,
     is_jit_function,
     jit_params,
@@ -120,12 +125,9 @@ from ._runtime import (
     prepare_function,
     prime_ptxas_version,
     prime_specializer,
-    probe_cache_hash,
-    probe_or_load,
     ptxas_info,
     ptxas_path,
     ptxas_version_inputs,
-    resolved_future,
     runtime_knobs,
     scalar_specializer,
     set_compilation_listener,
