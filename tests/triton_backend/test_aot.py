@@ -92,6 +92,23 @@ def test_real_aot_compile(triton_cache, target, arch, ptx_target):
         art((1,))
 
 
+def test_the_aot_record_is_rewritten_only_when_its_data_differs(triton_cache):
+    key = Add().dispatch(n=4096, block=128)
+    art = aot(Add(), key)
+    record = triton_cache / art.entry_dir.rsplit("/", 1)[-1] / AOT_RECORD
+    data = json.loads(record.read_text())
+    record.write_text(json.dumps(data))  # the same data, another layout (an older writer's)
+    inode = record.stat().st_ino
+    assert aot(Add(), key).cache_hit
+    assert record.stat().st_ino == inode  # left as it was: a rewrite replaces the file
+    record.write_text(json.dumps({**data, "kernel": "someone else"}))
+    assert aot(Add(), key).cache_hit
+    assert json.loads(record.read_text()) == data and record.stat().st_ino != inode
+    record.write_text("{ torn")
+    aot(Add(), key)
+    assert json.loads(record.read_text()) == data
+
+
 def test_aot_hash_equals_triton_jit_path_hash(triton_cache):
     """Same call, real tensors, Triton's own binder/_pack_args/get_cache_key: the same hash, then a disk hit."""
     kernel = Add()
