@@ -12,8 +12,9 @@
 # Installs the wheels into /tmp/site (with --target they keep their entry points, which
 # plugin discovery needs), then runs bench.py: five rows of RUNS fresh processes each and
 # the checks (same tokens as the recorded run, 0 JIT events under `warmkit run`). Its
-# recording, bundle, logs and table come back under $OUT/real_model: commit its run.json as
-# examples/real_model/run.json and its table.md into docs/benchmarks.md.
+# recording, results and table come back under $OUT/real_model (commit its run.json as
+# examples/real_model/run.json and its table.md into docs/benchmarks.md), and every file,
+# logs included, in $OUT/real_model.tar.gz.
 set -uo pipefail
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
 OUT=${OUT:-out}
@@ -41,4 +42,8 @@ python3 examples/real_model/bench.py --runs "${1:-5}" --out "$OUT/real_model" \
     ${COMPARE:+--compare /tmp/site-compare}
 rc=$?
 rm -f "$OUT"/real_model/rec-[1-9]*.json  # the first recording is run.json; the rest only timed
+# The device tool brings back only a few files per call: everything goes into one archive, and
+# only what is committed or read first (results.json, table.md, run.json) stays beside it.
+tar -czf "$OUT/real_model.tar.gz" -C "$OUT" real_model &&
+    find "$OUT/real_model" -type f ! -name results.json ! -name table.md ! -name run.json -delete
 exit $rc
