@@ -286,6 +286,27 @@ def test_warmkit_warmup_reports_compiled_then_cached(triton_cache):
     assert check_aot_cache() == []
 
 
+def test_a_checked_aot_hit_is_cached_whatever_an_older_compile_outcome_says(triton_cache):
+    # A warm AOT key is checked, not read (_probe.aot_hit): Triton's listener records no
+    # outcome for it, so one left over from an earlier compile of that hash must not make it
+    # "compiled".
+    from warmkit_triton import _hooks
+    from warmkit_triton._entry import entry_hash
+
+    reg = warmkit.WarmupRegistry()
+    with reg.activate():
+        Add().register_warmup(n=[64], block=128)
+    cfg = warmkit.WarmupConfig(target=AOT_TARGET, progress="off", monitor="off", jobs=1)
+    warmkit.warmup(cfg, registry=reg)
+    Add.clear_executors()
+    (digest,) = [entry_hash(d) for d in triton_cache.iterdir() if entry_hash(d)]
+    with _hooks._lock:
+        _hooks._outcomes[digest] = False  # stale: "compiled"
+    again = warmkit.warmup(cfg, registry=reg)
+    assert [e.status for e in again.entries] == ["cached"]
+    assert _hooks.pop_outcome(digest) is None  # and the stale one is gone
+
+
 def test_aot_without_scope_and_fingerprint(triton_cache):
     backend = TritonBackend()
     art = backend.compile(Add(), Add().dispatch(n=48), "sm_80")

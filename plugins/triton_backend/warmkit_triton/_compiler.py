@@ -54,7 +54,7 @@ from ._aot import (
 )
 from ._entry import entry_dir, record_entry, verifying, write_entry_record
 from ._kernel import InterpretedExecutor, TritonExecutor, check_warmup_args
-from ._probe import Loaded, Probed, aot_hit, entry_on_disk, probing
+from ._probe import AotHit, Loaded, Probed, aot_hit, entry_on_disk, probing
 from ._triton_api import require_triton
 
 __all__ = ["INTERPRETER", "TritonCompiler", "device_target"]
@@ -422,6 +422,8 @@ class TritonCompiler:
             compiled = self._warmup(fn, args, kwargs, options, scope, aot=True)
         digest, fname = api.compiled_identity(compiled)
         hit = _hooks.pop_outcome(digest)
+        if isinstance(compiled, AotHit):
+            hit = True  # checked on disk, never compiled: Triton's listener had no word on it
         artifact = AotArtifact(
             kernel=name,
             key=key,
