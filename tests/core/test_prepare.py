@@ -99,9 +99,8 @@ class OtherBackend(FakeBackend):
 
 def test_imported_dsls_go_first_and_a_joining_warmup_leaves_the_rest_alone(backend, monkeypatch):
     # 'fake' is an imported module here, 'early' is not: fake's setup goes first though
-    # 'early' comes first in the (sorted) list; the warmup joins while it runs, so other's setup never starts (the warmup has no
-    # key of it: setting it up would only hold the GIL meanwhile). An imported one is set up
-    # even when the warmup joined before it started: its setup is what the warmup waits for.
+    # 'early' comes first in the (sorted) list; the warmup joins while it runs, so early's
+    # setup never starts (the warmup has no key of it: it would only hold the GIL meanwhile).
     monkeypatch.setitem(sys.modules, "fake", types.ModuleType("fake"))
     PreparingBackend.release = threading.Event()
     both = WarmupConfig(backends=("early", "fake"), jobs=1)
@@ -139,7 +138,8 @@ def test_a_joining_warmup_still_waits_for_the_setup_of_imported_dsls(backend, mo
     with backend_override("early", SlowOtherBackend()):
         warmkit.prepare(WarmupConfig(backends=("early", "fake"), jobs=1))  # nothing imported
         assert SlowOtherBackend.started.wait(10)  # 'early' first, as listed
-        # the engine imports fake's DSL meanwhile, then warms up while other's setup runs
+        # the engine imports fake's DSL meanwhile, then warms up while early's setup runs;
+        # fake's, imported but not started when the warmup joined, is what the warmup waits for
         monkeypatch.setitem(sys.modules, "fake", types.ModuleType("fake"))
         threading.Timer(0.2, PreparingBackend.release.set).start()
         warmkit.warmup(WarmupConfig(progress="off"), registry(ScaleKernel))
