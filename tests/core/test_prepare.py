@@ -97,22 +97,35 @@ class OtherBackend(FakeBackend):
         PreparingBackend.events.append(("other setup", threading.current_thread().name))
 
 
-def test_imported_dsls_go_first_and_a_joining_warmup_leaves_the_rest_alone(backend, monkeypatch):
+@pytest.fixture
+def discovered(monkeypatch):
+    """``prepare()`` discovers 'early' then 'fake' (as installed plugins), named in no config."""
+    from warmkit._plugin import discovery
+
+    infos = [
+        discovery.PluginInfo(name, discovery.BACKENDS_GROUP, f"wk_{name}:Backend", None, None)
+        for name in ("early", "fake")
+    ]
+    monkeypatch.setattr(discovery, "discover", lambda group, **kw: list(infos))
+    return WarmupConfig(jobs=1)
+
+
+def test_imported_dsls_go_first_and_a_joining_warmup_leaves_the_rest_alone(
+    backend, discovered, monkeypatch
+):
     # 'fake' is an imported module here, 'early' is not: fake's setup goes first though
-    # 'early' comes first in the (sorted) list; the warmup joins while it runs, so early's
-    # setup never starts (the warmup has no key of it: it would only hold the GIL meanwhile).
+    # discovered second; the warmup joins while it runs, so early's setup never starts (the
+    # warmup has no key of it: it would only hold the GIL meanwhile).
     monkeypatch.setitem(sys.modules, "fake", types.ModuleType("fake"))
     PreparingBackend.release = threading.Event()
-    both = WarmupConfig(backends=("early", "fake"), jobs=1)
-    assert both.backends == ("early", "fake")
     with backend_override("early", OtherBackend()):
-        warmkit.prepare(both)
+        warmkit.prepare(discovered)
         threading.Timer(0.2, PreparingBackend.release.set).start()
         report = warmkit.warmup(WarmupConfig(progress="off"), registry(ScaleKernel))
         assert [e.status for e in report.entries] == ["compiled", "compiled"]
         assert [k for k, _ in PreparingBackend.events] == ["setup", "compile", "compile"]
         # the stop was that warmup's: a later prepare() sets both up, in the order of need
-        warmkit.prepare(both)
+        warmkit.prepare(discovered)
         deadline = time.monotonic() + 10
         while ("other setup" not in dict(PreparingBackend.events)) and time.monotonic() < deadline:
             time.sleep(0.01)  # the engine's own work, before its warmup joins
@@ -132,12 +145,14 @@ class SlowOtherBackend(FakeBackend):
         PreparingBackend.events.append(("other setup", threading.current_thread().name))
 
 
-def test_a_joining_warmup_still_waits_for_the_setup_of_imported_dsls(backend, monkeypatch):
+def test_a_joining_warmup_still_waits_for_the_setup_of_imported_dsls(
+    backend, discovered, monkeypatch
+):
     PreparingBackend.release = threading.Event()
     SlowOtherBackend.started = threading.Event()
     with backend_override("early", SlowOtherBackend()):
-        warmkit.prepare(WarmupConfig(backends=("early", "fake"), jobs=1))  # nothing imported
-        assert SlowOtherBackend.started.wait(10)  # 'early' first, as listed
+        warmkit.prepare(discovered)  # nothing imported
+        assert SlowOtherBackend.started.wait(10)  # 'early' first, as discovered
         # the engine imports fake's DSL meanwhile, then warms up while early's setup runs;
         # fake's, imported but not started when the warmup joined, is what the warmup waits for
         monkeypatch.setitem(sys.modules, "fake", types.ModuleType("fake"))
@@ -145,6 +160,31 @@ def test_a_joining_warmup_still_waits_for_the_setup_of_imported_dsls(backend, mo
         warmkit.warmup(WarmupConfig(progress="off"), registry(ScaleKernel))
     kinds = [k for k, _ in PreparingBackend.events]
     assert kinds == ["other setup", "setup", "compile", "compile"]
+
+
+@pytest.mark.parametrize("named", [True, False], ids=["named", "discovered"])
+def test_a_warmup_that_joins_first_waits_only_for_named_backends(backend, monkeypatch, named):
+    # The warmup joins before the thread took any backend (a loaded host: seen in CI). 'fake'
+    # is no module: named in the config, its setup still runs first (the engine's word that it
+    # has keys); only discovered, it is left to the warmup, which compiles without it.
+    from warmkit._warmup import prepare as _prepare
+
+    original = _prepare._setup
+
+    def joined_first(target, backends, stop):
+        stop.set()
+        original(target, backends, stop)
+
+    monkeypatch.setattr(_prepare, "_setup", joined_first)
+    if not named:
+        from warmkit._plugin import discovery
+
+        info = discovery.PluginInfo("fake", discovery.BACKENDS_GROUP, "wk_fake:B", None, None)
+        monkeypatch.setattr(discovery, "discover", lambda group, **kw: [info])
+    warmkit.prepare(FAKE if named else WarmupConfig(jobs=1))
+    warmkit.warmup(WarmupConfig(progress="off"), registry(ScaleKernel))
+    kinds = [k for k, _ in PreparingBackend.events]
+    assert kinds == (["setup", "compile", "compile"] if named else ["compile", "compile"])
 
 
 def test_a_failed_setup_fails_that_backends_keys_naming_the_plugin(backend):

@@ -17,10 +17,12 @@ and, for a warmup that compiles in worker processes (``jobs >= 4``, or with
 finished is safe: it waits for the backend being set up, and that wait counts
 in its seconds. The backends go in the order of need: those whose DSL the
 process has imported first (``triton``), then the others. Once a warmup
-joins, one whose DSL is not imported and that has not started is left alone:
+joins, one that was only discovered (not named in ``WarmupConfig.backends``),
+whose DSL is not imported and whose setup has not started is left alone:
 setting it up would hold the GIL while the warmup waits, for nothing when the
 warmup has no key of it, and a warmup that has loads it itself, as without
-``prepare()``.
+``prepare()``. A named backend is the engine's word that it has keys: the
+warmup waits for its setup.
 A backend whose setup raised fails its keys in that warmup's report, with the
 error and a note naming the plugin; other backends are not affected, and a
 later warmup runs the setup again as part of its own work.
@@ -139,7 +141,7 @@ def _set_up_backends(
     while left:
         # Chosen now, not at the start: the engine imports its DSLs meanwhile.
         imported = [n for n in left if n in sys.modules]
-        if stop.is_set() and not imported:
+        if stop.is_set() and not imported and backends is None:
             logger.debug("warmkit.prepare: left to the warmup: backend(s) %s", ", ".join(left))
             return
         name = (imported or left)[0]
