@@ -70,6 +70,40 @@ def marked_child(cmd: list[str], env: dict[str, str], mark: str, name: str) -> d
     return json.loads(lines[-1][len(mark) :])
 
 
+def hit_args(description: str, rows: Sequence[str]) -> argparse.Namespace:
+    """The DSL hit scripts' arguments (``parser``'s, ``--target``, ``--profile``, the hidden ``--child``).
+
+    Exits with a usage error for ``--runs`` under 5 in the parent, except with ``--tiny``.
+    """
+    ap = parser(description)
+    ap.add_argument("--target", default="cuda:90", help="the AOT target (default cuda:90: sm_90a)")
+    ap.add_argument("--profile", help="write a cProfile of one warmkit jobs=1 cached-key process")
+    ap.add_argument("--child", choices=list(rows), help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if not a.child and a.runs < 5 and not a.tiny:
+        ap.error("--runs must be >= 5 (medians of fewer runs are noise); --tiny for a smoke run")
+    return a
+
+
+def hit_child(
+    script: str, row: str, a: argparse.Namespace, env: dict[str, str], mark: str
+) -> dict[str, Any]:
+    """One fresh process of a DSL hit script (``script``) for ``row``, with ``hit_args``' ``a``."""
+    cmd = [sys.executable, str(Path(script).resolve()), "--child", row, "--target", a.target]
+    return marked_child(cmd + ["--tiny"] * a.tiny, env, mark, f"{Path(script).name}: {row}")
+
+
+def hit_summary(rows: list[dict[str, Any]], keys: int) -> dict[str, Any]:
+    """What the DSL hit scripts report of a row's samples (``timed_warmup``'s, plus ``import_s``)."""
+    return {
+        "per_key_ms": stats([1000 * r["total_s"] / keys for r in rows]),
+        "key_ms": stats([1000 * statistics.median(r["entry_s"]) for r in rows]),
+        "import_s": stats([r["import_s"] for r in rows]),
+        "compiles": [r["compiles"] for r in rows],
+        "samples": rows,
+    }
+
+
 def timed_warmup(registry: Any, target: str, jobs: int, profile_to: str | None) -> dict[str, Any]:
     """A child's AOT ``warmkit.warmup`` of ``registry`` (``jobs`` 0: the default), as facts.
 

@@ -49,7 +49,6 @@ process, not a sample.
 
 from __future__ import annotations
 
-import argparse
 import ctypes
 import glob
 import importlib
@@ -166,22 +165,13 @@ def _warmkit_child(keys: list[tuple[int, str]], target: str, jobs: int) -> dict[
     }
 
 
-def run_child(row: str, tiny: bool, target: str, env: dict[str, str]) -> dict[str, Any]:
-    from _common import marked_child
-
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", row, "--target", target]
-    return marked_child(cmd + ["--tiny"] * tiny, env, MARK, f"cutedsl_hit.py: {row}")
-
-
 def main() -> int:
     sys.path.insert(0, str(HERE))
-    from _common import parser, snapshot, take_turns
+    from _common import hit_args, hit_child, snapshot, take_turns
 
-    ap = parser("CuTe DSL alone (no hit of its own) vs warmkit's cached key (fresh processes)")
-    ap.add_argument("--target", default="cuda:90", help="the AOT target (default cuda:90: sm_90a)")
-    ap.add_argument("--profile", help="write a cProfile of one warmkit jobs=1 cached-key process")
-    ap.add_argument("--child", choices=list(ROWS), help=argparse.SUPPRESS)
-    a = ap.parse_args()
+    a = hit_args(
+        "CuTe DSL alone (no hit of its own) vs warmkit's cached key (fresh processes)", list(ROWS)
+    )
     keys = TINY if a.tiny else KEYS
     if a.child:
         jobs = ROWS[a.child]
@@ -189,8 +179,6 @@ def main() -> int:
                else _warmkit_child(keys, a.target, jobs))  # fmt: skip
         print(MARK + json.dumps(out), flush=True)
         return 0
-    if a.runs < 5 and not a.tiny:
-        ap.error("--runs must be >= 5 (medians of fewer runs are noise); --tiny for a smoke run")
     from warmkit_cutedsl import _backend, _cute_api
 
     arch = _backend._arch(a.target)
@@ -205,7 +193,7 @@ def main() -> int:
         alone.mkdir()
         env_of = {row: {**base, "CUTE_DSL_CACHE_DIR": str(alone if row == "cutedsl" else cache)}
                   for row in ROWS}  # fmt: skip
-        cold = run_child("warmkit", a.tiny, a.target, env_of["warmkit"])
+        cold = hit_child(__file__, "warmkit", a, env_of["warmkit"], MARK)
         print(f"cold (warmkit, fills its export cache): {cold['compiles']} compiles, "
               f"{cold['total_s'] / len(keys):.2f} s per key, statuses {cold['statuses']}",
               flush=True)  # fmt: skip
@@ -216,10 +204,10 @@ def main() -> int:
                 **env_of["warmkit jobs=1"],
                 "CUTEDSL_HIT_PROFILE": str(Path(a.profile).resolve()),
             }
-            run_child("warmkit jobs=1", a.tiny, a.target, profiled)
+            hit_child(__file__, "warmkit jobs=1", a, profiled, MARK)
 
         samples = take_turns(
-            list(ROWS), runs, lambda row: run_child(row, a.tiny, a.target, env_of[row]), len(keys),
+            list(ROWS), runs, lambda row: hit_child(__file__, row, a, env_of[row], MARK), len(keys),
             profile if a.profile else None,
         )  # fmt: skip
         unchanged = snapshot(cache) == before
@@ -254,15 +242,9 @@ def main() -> int:
 
 
 def summary(rows: list[dict[str, Any]], keys: int) -> dict[str, Any]:
-    from _common import stats
+    from _common import hit_summary, stats
 
-    out = {
-        "per_key_ms": stats([1000 * r["total_s"] / keys for r in rows]),
-        "key_ms": stats([1000 * statistics.median(r["entry_s"]) for r in rows]),
-        "import_s": stats([r["import_s"] for r in rows]),
-        "compiles": [r["compiles"] for r in rows],
-        "samples": rows,
-    }
+    out = hit_summary(rows, keys)
     if "keys" in rows[0]:  # CuTe DSL: the first key (one-time setup) and the rest apart
         out["first_key_ms"] = stats([1000 * r["entry_s"][0] for r in rows])
         out["further_key_ms"] = stats([1000 * statistics.median(r["entry_s"][1:]) for r in rows])

@@ -32,7 +32,6 @@ process (the compile runs in the calling thread), not a sample.
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import json
 import os
@@ -121,22 +120,13 @@ def _warmkit_child(shapes: list[tuple[int, int, int]], target: str, jobs: int) -
     }
 
 
-def run_child(row: str, tiny: bool, target: str, env: dict[str, str]) -> dict[str, Any]:
-    from _common import marked_child
-
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", row, "--target", target]
-    return marked_child(cmd + ["--tiny"] * tiny, env, MARK, f"tilelang_hit.py: {row}")
-
-
 def main() -> int:
     sys.path.insert(0, str(HERE))
-    from _common import parser, snapshot, take_turns
+    from _common import hit_args, hit_child, snapshot, take_turns
 
-    ap = parser("TileLang's own warm-cache hit vs warmkit's cached key (fresh processes)")
-    ap.add_argument("--target", default="cuda:90", help="the AOT target (default cuda:90: sm_90a)")
-    ap.add_argument("--profile", help="write a cProfile of one warmkit jobs=1 cached-key process")
-    ap.add_argument("--child", choices=list(ROWS), help=argparse.SUPPRESS)
-    a = ap.parse_args()
+    a = hit_args(
+        "TileLang's own warm-cache hit vs warmkit's cached key (fresh processes)", list(ROWS)
+    )
     shapes = TINY if a.tiny else SHAPES
     if a.child:
         jobs = ROWS[a.child]
@@ -144,24 +134,22 @@ def main() -> int:
                else _warmkit_child(shapes, a.target, jobs))  # fmt: skip
         print(MARK + json.dumps(out), flush=True)
         return 0
-    if a.runs < 5 and not a.tiny:
-        ap.error("--runs must be >= 5 (medians of fewer runs are noise); --tiny for a smoke run")
     runs = 1 if a.tiny else a.runs
     with tempfile.TemporaryDirectory(prefix="tilelang-hit-") as tmp:
         cache = Path(tmp) / "tilelang"
         env = {k: v for k, v in os.environ.items() if not k.startswith("WARMKIT_")}
         env["TILELANG_CACHE_DIR"] = str(cache)
-        cold = run_child("tilelang", a.tiny, a.target, env)
+        cold = hit_child(__file__, "tilelang", a, env, MARK)
         print(f"cold (TileLang alone): {cold['compiles']} compiles, "
               f"{cold['total_s'] / len(shapes):.2f} s per key", flush=True)  # fmt: skip
         before = snapshot(cache)
 
         def profile() -> None:  # one extra warmkit jobs=1 process, not a sample
             profiled = {**env, "TILELANG_HIT_PROFILE": str(Path(a.profile).resolve())}
-            run_child("warmkit jobs=1", a.tiny, a.target, profiled)
+            hit_child(__file__, "warmkit jobs=1", a, profiled, MARK)
 
         samples = take_turns(
-            list(ROWS), runs, lambda row: run_child(row, a.tiny, a.target, env), len(shapes),
+            list(ROWS), runs, lambda row: hit_child(__file__, row, a, env, MARK), len(shapes),
             profile if a.profile else None,
         )  # fmt: skip
         unchanged = snapshot(cache) == before
@@ -186,15 +174,9 @@ def main() -> int:
 
 
 def summary(rows: list[dict[str, Any]], keys: int) -> dict[str, Any]:
-    from _common import stats
+    from _common import hit_summary, stats
 
-    out = {
-        "per_key_ms": stats([1000 * r["total_s"] / keys for r in rows]),
-        "key_ms": stats([1000 * statistics.median(r["entry_s"]) for r in rows]),
-        "import_s": stats([r["import_s"] for r in rows]),
-        "compiles": [r["compiles"] for r in rows],
-        "samples": rows,
-    }
+    out = hit_summary(rows, keys)
     if "keys" in rows[0]:  # TileLang: the elaboration and the cache lookup apart
         for part in ("elaborate_s", "compile_s"):
             out[part.replace("_s", "_ms")] = stats(
