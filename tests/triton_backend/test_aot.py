@@ -307,6 +307,32 @@ def test_a_checked_aot_hit_is_cached_whatever_an_older_compile_outcome_says(trit
     assert _hooks.pop_outcome(digest) is None  # and the stale one is gone
 
 
+def test_an_aot_hit_reads_the_metadata_in_its_entry_not_where_the_group_file_points(
+    triton_cache, tmp_path
+):
+    # An entry without an integrity record (as Triton writes one) whose group file names a
+    # metadata file elsewhere: the checked hit reads the entry's own file, which the structural
+    # check looked at, never the path that came from the group file.
+    kernel = Add()
+    key = kernel.dispatch(n=4096, block=64)
+    art = aot(kernel, key)
+    entry = triton_cache / art.entry_dir.rsplit("/", 1)[-1]
+    (entry / "warmkit-integrity.json").unlink(missing_ok=True)
+    (grp,) = entry.glob("__grp__*.json")
+    doc = json.loads(grp.read_text())
+    elsewhere = tmp_path / "elsewhere" / "add_kernel.json"
+    elsewhere.parent.mkdir()
+    meta = json.loads((entry / "add_kernel.json").read_text())
+    elsewhere.write_text(json.dumps({**meta, "name": "not_this_one"}))
+    doc["child_paths"]["add_kernel.json"] = str(elsewhere)
+    grp.write_text(json.dumps(doc))
+    backend = TritonBackend()
+    with backend.compile_scope(AOT_TARGET, 1):
+        assert backend.cache.entry_key(kernel, key, AOT_TARGET) == art.hash
+        hit = backend.compile(kernel, key, AOT_TARGET)
+    assert hit.cache_hit and hit.hash == art.hash and hit.name == "add_kernel"
+
+
 def test_aot_without_scope_and_fingerprint(triton_cache):
     backend = TritonBackend()
     art = backend.compile(Add(), Add().dispatch(n=48), "sm_80")

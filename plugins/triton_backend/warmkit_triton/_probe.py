@@ -122,11 +122,12 @@ def aot_hit(digest: str, src: Any) -> AotHit | None:
     stand-in (a quarantined entry is compiled again).
     """
     files = Loaded.peek_files(digest)
-    if files is None or not sound_entry(str(entry_dir(cache_dir(), digest))):
+    directory = Path(entry_dir(cache_dir(), digest))
+    if files is None or not sound_entry(str(directory)):
         return None
     metadata = [
-        path
-        for name, path in files.items()
+        name
+        for name in files
         if name.endswith(".json")
         and not name.startswith(api.GROUP_FILE_PREFIX)
         and name != AOT_RECORD
@@ -134,7 +135,8 @@ def aot_hit(digest: str, src: Any) -> AotHit | None:
     if len(metadata) != 1:
         return None
     try:
-        meta = json.loads(metadata[0].read_text())
+        # the file in the entry, which sound_entry checked: not the path the group file names
+        meta = json.loads((directory / metadata[0]).read_text())
     except (OSError, ValueError):
         return None
     name = meta.get("name") if isinstance(meta, dict) else None
