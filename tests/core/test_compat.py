@@ -257,7 +257,8 @@ sysconfig._CONFIG_VARS = None  # as in a process that has not read it yet
 if which == "prepare":
     warmkit.prepare(warmkit.WarmupConfig(target="cuda:90", jobs=1))
 else:
-    runner.run([1], lambda i: i, workers=1, timeout=None, on_done=lambda i, r: False,
+    # with a timeout every item runs on a thread (without one, cheap items stay in this one)
+    runner.run([1], lambda i: i, workers=1, timeout=60.0, on_done=lambda i, r: False,
                on_timeout=lambda i, s: None, on_unrun=lambda i, r: None)
 print(seen)
 """

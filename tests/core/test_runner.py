@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from warmkit._warmup.runner import NOT_ATTEMPTED, run
+from warmkit._warmup.runner import CANCELLED, NOT_ATTEMPTED, run
 
 
 class Calls:
@@ -57,8 +57,9 @@ def test_slow_items_overlap_up_to_workers():
     assert time.perf_counter() - t0 < 0.5  # ~0.2 s in two waves, not 0.6 s one by one
 
 
-def _cheap_items_once() -> tuple[int, int]:
-    """2000 cheap items on up to 4 workers: (threads that ran items, most threads alive)."""
+def _cheap_items_once() -> tuple[int, bool, int]:
+    """2000 cheap items on up to 4 workers: (threads that ran items, the caller among them,
+    most compile threads alive)."""
     calls = Calls()
     threads = set()
     started = []
@@ -75,21 +76,54 @@ def _cheap_items_once() -> tuple[int, int]:
     run(list(range(2000)), fn, workers=4, timeout=None, **calls.kwargs())
     assert sorted(calls.done) == [(i, i) for i in range(2000)]
     assert not calls.unrun and not calls.timed_out
-    assert threading.get_ident() not in threads
-    return len(threads), max(started)
+    return len(threads), threading.get_ident() in threads, max(started)
 
 
-def test_cheap_items_all_run_once_on_one_thread():
-    # No second thread is started for items that never run SPILL_SECONDS (each would only
-    # wake up to find nothing it may take). A loaded host may pause the thread for longer than
-    # that mid-item, and then a second thread is what the rule says: so one of three tries must
-    # show a single thread. A runner that spills cheap items fails all three.
+def test_cheap_items_all_run_once_in_the_calling_thread():
+    # Without a timeout the calling thread runs items itself, and no compile thread starts for
+    # items that never run SPILL_SECONDS (it would only take the work to a cold core). A loaded
+    # host may pause the thread for longer than that mid-item, and then a second thread is what
+    # the rule says: so one of three tries must show the caller alone. A runner that hands
+    # items to a thread, or spills cheap ones, fails all three.
     tries = []
     for _ in range(3):
         tries.append(_cheap_items_once())
-        if tries[-1] == (1, 1):
+        if tries[-1] == (1, True, 0):
             break
-    assert tries[-1] == (1, 1), f"(threads that ran items, threads alive) per try: {tries}"
+    assert tries[-1] == (1, True, 0), (
+        f"(threads, caller ran items, compile threads) per try: {tries}"
+    )
+
+
+def test_with_a_timeout_no_item_runs_in_the_calling_thread():
+    # an item past its timeout is abandoned: it must be on a thread the caller can leave behind
+    ran_in: set[int] = set()
+    calls = Calls()
+
+    def fn(i):
+        ran_in.add(threading.get_ident())
+        return i
+
+    run(list(range(20)), fn, workers=2, timeout=5.0, **calls.kwargs())
+    assert calls.every_item_once(20) and len(calls.done) == 20
+    assert ran_in and threading.get_ident() not in ran_in
+
+
+def test_ctrl_c_in_the_calling_threads_item_cancels_it_and_every_item_not_finished():
+    caller = threading.get_ident()
+    calls = Calls()
+
+    def fn(i):
+        if i == 2 and threading.get_ident() == caller:
+            raise KeyboardInterrupt  # what Python raises in the main thread on SIGINT
+        return i
+
+    with pytest.raises(KeyboardInterrupt):
+        run(list(range(6)), fn, workers=1, timeout=None, **calls.kwargs())
+    assert calls.every_item_once(6)
+    assert [i for i, _ in calls.done] == [0, 1]
+    assert sorted(i for i, _ in calls.unrun) == [2, 3, 4, 5]  # the interrupted item among them
+    assert {why for _, why in calls.unrun} == {CANCELLED}
 
 
 def test_on_done_true_stops_further_items():

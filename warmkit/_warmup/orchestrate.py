@@ -43,9 +43,11 @@ __all__ = ["warmup"]
 logger = logging.getLogger(__name__)
 
 _NOT_ATTEMPTED = NOT_ATTEMPTED
-#: Before any key of a group finished: a key running this long is taken for a cold compile (a
-#: cache hit takes 3-15 ms, a compile 50 ms to seconds), and another key may start beside it.
-FIRST_SPILL_SECONDS = 0.025
+#: Before any key of a group finished: a key running this long is taken for a cold compile, and
+#: another key may start beside it. A group's first cache hit carries the backend's one-time
+#: costs (TileLang's first cached key: 18-26 ms on the CPU box, where 25 ms let a second thread
+#: start beside about one warmup in two); a compile takes 70 ms (Triton) to seconds.
+FIRST_SPILL_SECONDS = 0.05
 _NOT_REPLAYABLE = "not replayable: "
 
 

@@ -1,7 +1,10 @@
 """The compile runner: parallel, cancellable on SIGINT, each compile bounded by a timeout.
 
-``run(items, fn, ...)`` calls ``fn(item)`` for every item on ``workers`` daemon
-threads and reports each outcome to callbacks, in completion order.
+``run(items, fn, ...)`` calls ``fn(item)`` for every item on up to ``workers``
+threads and reports each outcome to callbacks, in completion order. Without a
+timeout the calling thread runs items itself and more daemon threads join only
+for slow items; with one, every item runs on a daemon thread that can be
+abandoned.
 
 Why not ``concurrent.futures.ThreadPoolExecutor``: its worker threads are
 joined when the interpreter exits, so one compile that never returns would
@@ -10,8 +13,9 @@ starting every queued compile before it lets go. Here:
 
 * **Ctrl-C** (``KeyboardInterrupt`` in the calling thread): no queued item
   starts any more; every item not finished is reported ``on_unrun(item,
-  CANCELLED)`` at once, and the ``KeyboardInterrupt`` propagates. Compiles
-  already running are abandoned: they run on in their threads until they
+  CANCELLED)`` at once, and the ``KeyboardInterrupt`` propagates. The item the
+  calling thread was running is stopped by the exception; compiles running on
+  other threads are abandoned: they run on in their threads until they
   return (a thread cannot be killed), their results are dropped, and, the
   threads being daemons, they never delay the process's exit. The threads
   block SIGINT, so a compiler process they started is not killed by the
@@ -57,6 +61,9 @@ ABANDONED = (
 NOT_ATTEMPTED = "not attempted: an earlier key failed"
 
 _POLL = 0.05  # seconds between timeout checks; also bounds how late a timeout is seen
+#: How often the calling thread asks again while items run one at a time (cache hits): a
+#: cold key after them gets a thread beside it at most this late.
+_IDLE_POLL = 0.01
 #: A thread starts another item only when every running item has run this long.
 SPILL_SECONDS = 0.002
 
@@ -94,14 +101,23 @@ def run(
     overlaps (a second compile starts ~2 ms after the first), cheap work
     (cache hits) runs one item at a time, without the threads fighting over
     the GIL. Threads are started the same way: one at first, another each
-    time the running items have all run ``SPILL_SECONDS``. The callbacks run one at a time (under one lock), in the worker
-    thread that finished the item, or in the calling thread for timeouts and
-    Ctrl-C.
+    time the running items have all run ``SPILL_SECONDS``.
+
+    Without a ``timeout``, the first of them is the calling thread: cheap
+    items never leave it. Handing them to a fresh thread cost more than the
+    hand-off: on the 2-core box a thread newly on the other core ran TileLang's
+    elaboration 1.6x slower for its first ~50 ms (the effect is gone with the
+    process pinned to either core), so a warmup of cache hits paid that on every
+    start. With a ``timeout`` every item runs on a daemon thread, so that one
+    past it can be abandoned.
+
+    The callbacks run one at a time (under one lock), in the thread that
+    finished the item, or in the calling thread for timeouts and Ctrl-C.
 
     Args:
         items: what to run.
-        fn: called once per item in a worker thread, in a copy of the caller's
-            context; it should not raise (an exception is re-raised here, and
+        fn: called once per item in a copy of the caller's context, in the
+            calling thread or another one; it should not raise (an exception is re-raised here, and
             no further item starts).
         workers: at most this many items run at once.
         timeout: seconds one item may run; None = unbounded.
@@ -124,9 +140,13 @@ def run(
     state = _Run(items, fn, on_done, on_timeout, on_unrun, spill or _spill_seconds)
     # One thread to start with; each other starts only once the running items are slow
     # (all have run SPILL_SECONDS): cheap items never pay for a second thread's wake-ups.
-    state.start()
+    idle = min(workers, len(items)) - 1
     try:
-        state.supervise(min(workers, len(items)) - 1, timeout)
+        if timeout is None:
+            state.run_here(idle)
+        else:
+            state.start()
+            state.supervise(idle, timeout)
     except KeyboardInterrupt:
         state.cancel()
         raise
@@ -209,14 +229,20 @@ class _Run(Generic[T]):
             self.cond.wait(SPILL_SECONDS)
         return None
 
-    def worker(self) -> None:
-        shield_children_from_sigint()
+    def worker(self, here: bool = False) -> None:
+        """Take items and run them until none is left (``here``: in the calling thread)."""
+        if not here:
+            shield_children_from_sigint()
         lock, items, fn, ctx = self.lock, self.items, self.fn, self.ctx
         with lock:
             i = self.take()
         while i is not None:
             try:
                 result, ok = ctx.copy().run(fn, items[i]), True
+            except KeyboardInterrupt:
+                if here:
+                    raise  # Ctrl-C: run() cancels; this item, still running, is reported with them
+                result, ok = KeyboardInterrupt(), False
             except BaseException as exc:  # noqa: BLE001 -- handed to the calling thread
                 result, ok = exc, False
             with lock:  # one hold: this item's callback, then the next item
@@ -240,30 +266,62 @@ class _Run(Generic[T]):
     def start(self) -> None:
         threading.Thread(target=self.worker, name="warmkit-compile", daemon=True).start()
 
+    def run_here(self, idle: int) -> None:
+        """Run items in the calling thread; a helper starts the ``idle`` others when items are slow."""
+        if idle:
+            threading.Thread(
+                target=self.spiller, args=(idle,), name="warmkit-spill", daemon=True
+            ).start()
+        self.worker(here=True)
+        while not self.finished.wait(_POLL):  # the other threads' last items
+            pass
+
+    def spiller(self, idle: int) -> None:
+        """Start up to ``idle`` more worker threads, each once the running items are slow."""
+        # Ctrl-C then goes to the calling thread, whose item it stops; the threads this one
+        # starts inherit the mask (and block SIGINT themselves).
+        shield_children_from_sigint()
+        wait = SPILL_SECONDS
+        while idle and not self.finished.wait(wait):
+            idle, wait = self.spill_check(idle)
+
     def supervise(self, idle: int, timeout: float | None) -> None:
         """In the calling thread until every item is reported: start threads, time items out.
 
         ``idle``: threads not started yet.
         """
-        running, lock = self.running, self.lock
-        while not self.finished.wait(SPILL_SECONDS if idle else _POLL):
-            now = time.monotonic()
-            # read without the lock, so cheap items never wait for this thread; the lock only
-            # to start a thread (a concurrent change of `running`, possible without a GIL,
-            # only postpones the check to the next poll)
-            try:  # when the newest running item started (none running: now)
-                newest = max(running.values(), default=now) if idle else now
-            except RuntimeError:  # dictionary changed size during iteration
-                newest = now
-            after = self.spill() if idle else None
-            if after is not None and now - newest >= after:
-                with lock:
-                    if not self.closed and not self.jobs.empty():
-                        idle -= 1
-                        self.start()
+        wait = SPILL_SECONDS if idle else _POLL
+        while not self.finished.wait(wait):
+            idle, wait = self.spill_check(idle) if idle else (0, _POLL)
             if timeout is not None:
-                with lock:
-                    self.time_out(now, timeout)
+                with self.lock:
+                    self.time_out(time.monotonic(), timeout)
+
+    def spill_check(self, idle: int) -> tuple[int, float]:
+        """Start a thread if every running item has run long enough: ``(idle, seconds to wait)``.
+
+        Woken only when a thread may be due, not every SPILL_SECONDS: each wake-up
+        takes the GIL from the item running. ``running`` is read without the lock, so
+        cheap items never wait for this thread; the lock only to start a thread (a
+        concurrent change of ``running``, possible without a GIL, only postpones the check).
+        """
+        after = self.spill()
+        if after is None:
+            return idle, _IDLE_POLL  # one item at a time for now; the answer may change
+        now = time.monotonic()
+        try:  # when the newest running item started
+            newest = max(self.running.values(), default=None)
+        except RuntimeError:  # dictionary changed size during iteration
+            newest = None
+        if newest is None:  # between items, or none taken yet
+            return idle, SPILL_SECONDS
+        if now - newest < after:
+            return idle, min(newest + after - now, _POLL)
+        with self.lock:
+            if not self.closed and not self.jobs.empty():
+                idle -= 1
+                self.start()
+        return idle, min(max(after, SPILL_SECONDS), _POLL)  # the new thread's item runs first
 
     def time_out(self, now: float, timeout: float) -> None:  # holding the lock
         late = [(j, now - t0) for j, t0 in self.running.items() if now - t0 > timeout]
