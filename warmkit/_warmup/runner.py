@@ -61,8 +61,8 @@ ABANDONED = (
 NOT_ATTEMPTED = "not attempted: an earlier key failed"
 
 _POLL = 0.05  # seconds between timeout checks; also bounds how late a timeout is seen
-#: How often the calling thread asks again while items run one at a time (cache hits): a
-#: cold key after them gets a thread beside it at most this late.
+#: How often the thread that starts workers asks again while items run one at a time (cache
+#: hits): a cold key after them gets a thread beside it at most this late.
 _IDLE_POLL = 0.01
 #: A thread starts another item only when every running item has run this long.
 SPILL_SECONDS = 0.002
@@ -117,8 +117,8 @@ def run(
     Args:
         items: what to run.
         fn: called once per item in a copy of the caller's context, in the
-            calling thread or another one; it should not raise (an exception is re-raised here, and
-            no further item starts).
+            calling thread or another one; it should not raise (an exception
+            is re-raised here, and no further item starts).
         workers: at most this many items run at once.
         timeout: seconds one item may run; None = unbounded.
         on_done: its result; return True to stop starting further items (each
@@ -239,10 +239,10 @@ class _Run(Generic[T]):
         while i is not None:
             try:
                 result, ok = ctx.copy().run(fn, items[i]), True
-            except KeyboardInterrupt:
+            except KeyboardInterrupt as exc:
                 if here:
                     raise  # Ctrl-C: run() cancels; this item, still running, is reported with them
-                result, ok = KeyboardInterrupt(), False
+                result, ok = exc, False
             except BaseException as exc:  # noqa: BLE001 -- handed to the calling thread
                 result, ok = exc, False
             with lock:  # one hold: this item's callback, then the next item
