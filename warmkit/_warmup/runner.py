@@ -285,17 +285,16 @@ class _Run(Generic[T]):
         while idle and not self.finished.wait(wait):
             idle, wait = self.spill_check(idle)
 
-    def supervise(self, idle: int, timeout: float | None) -> None:
+    def supervise(self, idle: int, timeout: float) -> None:
         """In the calling thread until every item is reported: start threads, time items out.
 
-        ``idle``: threads not started yet.
+        ``idle``: threads not started yet. (Without a timeout, ``run_here`` runs instead.)
         """
         wait = SPILL_SECONDS if idle else _POLL
         while not self.finished.wait(wait):
             idle, wait = self.spill_check(idle) if idle else (0, _POLL)
-            if timeout is not None:
-                with self.lock:
-                    self.time_out(time.monotonic(), timeout)
+            with self.lock:
+                self.time_out(time.monotonic(), timeout)
 
     def spill_check(self, idle: int) -> tuple[int, float]:
         """Start a thread if every running item has run long enough: ``(idle, seconds to wait)``.

@@ -59,6 +59,7 @@ __all__ = [
     "entry_file_allowed",
     "entry_hash",
     "fingerprint",
+    "is_metadata",
     "prepare_entries",
     "record_entry",
     "relocate_cache_entry",
@@ -150,7 +151,7 @@ def verify_cache_entry(entry: str | os.PathLike[str]) -> list[str]:
             continue  # not part of the kernel (Triton never reads it)
         if path.stat().st_size == 0:
             problems.append(f"{path.name} is empty")
-        elif path.suffix == ".json" and not path.name.startswith(api.GROUP_FILE_PREFIX):
+        elif is_metadata(path.name):
             try:
                 if not isinstance(json.loads(path.read_text()), dict):
                     problems.append(f"metadata {path.name} is not a JSON object")
@@ -160,6 +161,15 @@ def verify_cache_entry(entry: str | os.PathLike[str]) -> list[str]:
         if not (root / name).is_file():
             problems.append(f"{name} is listed by the group file but missing")
     return problems
+
+
+def is_metadata(name: str) -> bool:
+    """Whether an entry's file ``name`` is the kernel's metadata (not the group file, not warmkit's)."""
+    return (
+        name.endswith(".json")
+        and not name.startswith(api.GROUP_FILE_PREFIX)
+        and not name.startswith("warmkit-")
+    )
 
 
 def record_entry(entry: str | os.PathLike[str]) -> None:

@@ -19,9 +19,8 @@ from typing import Any
 
 import attrs
 
-from . import _triton_api as api
 from ._aot import cache_dir
-from ._entry import AOT_RECORD, complete_entry, entry_dir, sound_entry
+from ._entry import complete_entry, entry_dir, is_metadata, sound_entry
 
 __all__ = ["AotHit", "Loaded", "Probed", "aot_hit", "entry_on_disk", "probing"]
 
@@ -125,13 +124,7 @@ def aot_hit(digest: str, src: Any) -> AotHit | None:
     directory = Path(entry_dir(cache_dir(), digest))
     if files is None or not sound_entry(str(directory)):
         return None
-    metadata = [
-        name
-        for name in files
-        if name.endswith(".json")
-        and not name.startswith(api.GROUP_FILE_PREFIX)
-        and name != AOT_RECORD
-    ]
+    metadata = [name for name in files if is_metadata(name)]
     if len(metadata) != 1:
         return None
     try:
