@@ -8,7 +8,9 @@ which take turns so that a slow minute lands on both; ``--other-runs``, default
 2. a warm Triton cache (primed by one uncounted run), no warmkit;
 3. ``warmkit record -o run.json -- python gen.py``, an empty cache per process
    (the first recording becomes ``run.json``);
-4. ``warmkit run -m run.json -- python gen.py`` on the warm cache of row 2;
+4. ``warmkit run -m run.json -- python gen.py`` on the warm cache of row 2, and
+   the same with ``WARMKIT_TRITON_TORCH_START=1`` (the opt-in that makes
+   torch's own one-time CUDA starts during the warmup), taking turns;
 5. from a bundle: ``warmkit bundle build run.json --target cuda:90`` once, then
    per process an empty cache, ``warmkit bundle install`` (timed on its own) and
    ``warmkit run -m run.json -- python gen.py``.
@@ -122,6 +124,8 @@ class Bench:
         return proc.stdout, proc.stderr
 
 
+TORCH_START = "WARMKIT_TRITON_TORCH_START"  # the opt-in: torch's own CUDA starts in the warmup
+START_ROW = f"`warmkit run -m run.json`, warm cache, `{TORCH_START}=1`"
 COMPARE_ROW = "`warmkit run -m run.json`, warm cache, the --compare installation"
 
 
@@ -151,14 +155,17 @@ def measure(
     warm_rows: list[dict] = []
     run_rows: list[dict] = []
     compare_rows: list[dict] = []
+    start_rows: list[dict] = []
     for i in range(runs):  # taking turns: a slow minute of the host lands on both rows
         warm_rows.append(b.gen([], warm, f"warm-{i}"))
         run_rows.append(b.gen(replay, warm, f"run-{i}"))
+        start_rows.append(b.gen(replay, warm, f"torch-start-{i}", {TORCH_START: "1"}))
         if b.compare is not None:  # the other installation, on the same warm cache
             compare_rows.append(b.gen(replay, warm, f"compare-{i}", {"PYTHONPATH": str(b.compare)}))
     rows.append(("warm Triton cache, no warmkit", warm_rows))
     rows.append(("`warmkit record` (empty cache)", recorded))
     rows.append(("`warmkit run -m run.json`, warm cache", run_rows))
+    rows.append((START_ROW, start_rows))
     rows.append((COMPARE_ROW, compare_rows))
     build_s, bundled, install_s = None, [], []
     if other:

@@ -185,3 +185,52 @@ print(before, during, release(), active())
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["0", "1", "True", "0"], out.stdout + out.stderr
+
+
+def test_torch_start_makes_torchs_first_calls_during_the_device_warmup(tmp_path):
+    # WARMKIT_TRITON_TORCH_START=1: the device warmup's thread makes torch's one-time
+    # CUDA starts, the warmup's end waits for it, and the command's first SDPA and matmul
+    # calls after it cost what a later call does, not their first-use load.
+    code = """
+import json, logging, sys, threading, time
+import torch, torch.nn.functional as F
+import warmkit
+sys.path.insert(0, sys.argv[1])
+from triton_backend._kernels import Add
+logging.basicConfig(level=logging.DEBUG, format="%(name)s %(message)s")
+reg = warmkit.WarmupRegistry()
+with reg.activate():
+    Add().register_warmup(dtype="float32", n=[4096])
+warmkit.warmup(warmkit.WarmupConfig(progress="off", monitor="off", jobs=1), reg)
+alive = [t.name for t in threading.enumerate() if t.name == "warmkit-torch-start"]
+q = torch.randn(1, 8, 12, 64, dtype=torch.bfloat16, device="cuda")
+w = torch.randn(512, 64, dtype=torch.bfloat16, device="cuda")
+times = []
+for _ in range(2):
+    t0 = time.perf_counter()
+    F.scaled_dot_product_attention(q, q, q, is_causal=True)
+    F.linear(q, w)
+    torch.cuda.synchronize()
+    times.append(time.perf_counter() - t0)
+print(json.dumps({"alive": alive, "first_s": times[0], "second_s": times[1]}))
+"""
+    tests_dir = str(Path(__file__).resolve().parents[1])
+    results = {}
+    for flag in ("0", "1"):
+        env = dict(os.environ, TRITON_CACHE_DIR=str(tmp_path), WARMKIT_TRITON_TORCH_START=flag)
+        out = subprocess.run(
+            [sys.executable, "-c", code, tests_dir],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=600,
+            check=False,
+        )
+        assert out.returncode == 0, out.stdout + out.stderr
+        made = "torch's CUDA starts on device 0 made in" in out.stderr
+        assert made is (flag == "1"), out.stderr[-2000:]
+        results[flag] = json.loads(out.stdout.strip().splitlines()[-1])
+        assert results[flag]["alive"] == []  # the warmup's end waited for the thread
+    print(f"\n[torch start] {json.dumps(results, indent=1)}")
+    # the starts were made: the first calls cost no more than a few later ones
+    assert results["1"]["first_s"] < max(10 * results["1"]["second_s"], 0.05), results

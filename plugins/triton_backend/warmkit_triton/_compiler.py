@@ -38,7 +38,7 @@ import attrs
 
 from warmkit import current_fleet, pinning
 
-from . import _autotune, _cuda, _hooks, _pins, _setup, _stack, _tuned
+from . import _autotune, _cuda, _envs, _hooks, _pins, _setup, _stack, _torch_start, _tuned
 from . import _triton_api as api
 from ._aot import (
     AotArtifact,
@@ -227,6 +227,9 @@ class TritonCompiler:
                     scope.device = real_driver().get_current_device()
                 except Exception as exc:  # noqa: BLE001 - reported per key by compile()
                     logger.debug("compile_scope: no device (%s)", exc)
+                if scope.device is not None and _envs.get("WARMKIT_TRITON_TORCH_START"):
+                    # torch's own first-use costs beside the kernels' imports (_torch_start)
+                    stack.callback(_torch_start.start(scope.device))
             if scope.jobs > 1:
                 scope.pool = _ContextThreadPool(scope.jobs, thread_name_prefix="warmkit-triton")
                 scope.mode = api.async_compile_mode(scope.pool)

@@ -23,6 +23,11 @@ ENVIRONMENT: dict[str, EnvVar] = {
     "WARMKIT_TRITON_KEY_CACHE": EnvVar.flag(
         True, "Cache triton_key()'s libtriton.so digest across processes; 0 leaves Triton's own."
     ),
+    # torch's one-time CUDA starts beside a device warmup's imports (_torch_start).
+    "WARMKIT_TRITON_TORCH_START": EnvVar.flag(
+        False,
+        "Device warmup also makes torch's one-time CUDA starts (cuBLAS, SDPA) in a thread.",
+    ),
 }
 
 
