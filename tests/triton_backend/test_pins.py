@@ -311,7 +311,8 @@ def _edit_recorded(recording: Path, out: Path, edit) -> Path:
     edit(group["entries"])
     where = (group["backend"], group["kind"], group["kernel"])
     group["entries"] = [
-        [_entry_id(*where, _canonical(spec), group["target"]), spec] for _, spec in group["entries"]
+        [_entry_id(*where, _canonical(spec), group["target"]), spec]
+        for _, spec in group["entries"]
     ]
     out.write_text(json.dumps(data))
     return out
@@ -338,9 +339,8 @@ def test_skip_refused_leaves_out_and_lists_only_the_refused_keys(tmp_path: Path)
     assert proc.returncode == 0, proc.stderr
     (refused,) = json.loads(proc.stdout)["refused"]
     assert refused["kernel"] == "_pinned_kernels.dot_kernel" and "BLOCK=16" in refused["key"]
-    assert (
-        "global _pinned_kernels.PREC = tl.constexpr(<Precision object at 0x7f>)"
-        in (refused["reason"])
+    assert "global _pinned_kernels.PREC = tl.constexpr(<Precision object at 0x7f>)" in (
+        refused["reason"]
     )
     assert "1 key(s) left out" in proc.stderr and refused["reason"] in proc.stderr
     info = warmkit.inspect_bundle(out)
