@@ -9,7 +9,10 @@ import pytest
 import torch
 from warmkit_triton import _envs, _torch_start
 
-pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU side")
+pytestmark = [
+    pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU side"),
+    pytest.mark.filterwarnings("ignore:TRITON_DEFAULT_FP_FUSION"),
+]
 
 
 def test_the_starts_are_real_torch_ops_that_run_on_a_device():
@@ -35,21 +38,56 @@ def test_a_failed_start_is_said_once_and_the_release_says_so(caplog):
     assert not [t for t in threading.enumerate() if t.name == "warmkit-torch-start"]
 
 
-def test_a_warmup_without_a_device_starts_nothing(tmp_path, monkeypatch, caplog):
-    # the flag asks for torch's starts on the warmup's device; with none there is nothing
-    # to start and nothing to warn about (the keys' own failures say there is no GPU)
+def _warmup(monkeypatch, tmp_path, target=None):
     import warmkit
     from triton_backend._kernels import Add
 
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
-    monkeypatch.setenv("WARMKIT_TRITON_TORCH_START", "1")
     reg = warmkit.WarmupRegistry()
     with reg.activate():
         Add().register_warmup(dtype="float32", n=[4096])
-    config = warmkit.WarmupConfig(progress="off", monitor="off", on_error="collect", jobs=1)
-    with (
-        caplog.at_level(logging.WARNING, logger="warmkit_triton._torch_start"),
-        pytest.raises(warmkit.WarmupError, match="no GPU is visible to Triton"),
-    ):
-        warmkit.warmup(config, reg)
-    assert not [r for r in caplog.records if r.name == "warmkit_triton._torch_start"]
+    config = warmkit.WarmupConfig(
+        progress="off", monitor="off", on_error="collect", jobs=1, target=target
+    )
+    return warmkit.warmup(config, reg)
+
+
+def _said(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "warmkit_triton._torch_start"]
+
+
+def test_a_warmup_without_a_device_says_once_that_nothing_was_started(
+    tmp_path, monkeypatch, caplog
+):
+    # the flag asks for torch's starts on the warmup's device; with none, nothing starts,
+    # and the setting is not silently dropped: one warning per process, not per warmup
+    import warmkit
+
+    monkeypatch.setattr(_torch_start, "_said", set())
+    monkeypatch.setenv("WARMKIT_TRITON_TORCH_START", "1")
+    with caplog.at_level(logging.WARNING, logger="warmkit_triton._torch_start"):
+        for _ in range(2):
+            with pytest.raises(warmkit.WarmupError, match="no GPU is visible to Triton"):
+                _warmup(monkeypatch, tmp_path)
+    (said,) = _said(caplog)
+    assert said.startswith("WARMKIT_TRITON_TORCH_START is set, but no GPU is visible")
+    assert not [t for t in threading.enumerate() if t.name == "warmkit-torch-start"]
+
+
+def test_an_ahead_of_time_warmup_says_once_that_it_starts_nothing(tmp_path, monkeypatch, caplog):
+    monkeypatch.setattr(_torch_start, "_said", set())
+    monkeypatch.setenv("WARMKIT_TRITON_TORCH_START", "1")
+    with caplog.at_level(logging.WARNING, logger="warmkit_triton._torch_start"):
+        for _ in range(2):
+            report = _warmup(monkeypatch, tmp_path, target="cuda:90")
+            assert [e.status for e in report.entries] in (["compiled"], ["cached"])
+    (said,) = _said(caplog)
+    assert "compiles ahead of time for cuda:90" in said, said
+
+
+def test_without_the_flag_nothing_is_said(tmp_path, monkeypatch, caplog):
+    monkeypatch.setattr(_torch_start, "_said", set())
+    monkeypatch.delenv("WARMKIT_TRITON_TORCH_START", raising=False)
+    with caplog.at_level(logging.WARNING, logger="warmkit_triton._torch_start"):
+        _warmup(monkeypatch, tmp_path, target="cuda:90")
+    assert _said(caplog) == []

@@ -30,7 +30,9 @@ command does; a command that sizes its memory from what is free at start (a
 serving engine's KV-cache planner) sees that much less. It speeds up only what
 it warms: a kernel of another shape or dtype may still load on first use.
 A failure is logged once as a warning and changes nothing else: the warmup's
-result does not depend on it.
+result does not depend on it. A warmup that loads into no device (ahead of
+time for a target, or no GPU visible) makes none, and says so once per
+process (:func:`not_made`): a set variable is never dropped in silence.
 """
 
 from __future__ import annotations
@@ -41,9 +43,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["start", "warm"]
+__all__ = ["not_made", "start", "warm"]
 
 logger = logging.getLogger(__name__)
+
+_said: set[str] = set()
+_said_lock = threading.Lock()
 
 
 def warm(device: Any) -> None:
@@ -104,3 +109,22 @@ def start(device: int) -> Callable[[], bool]:
         return "s" in done
 
     return release
+
+
+def not_made(why: str) -> None:
+    """Say, once per process and reason, that the variable is set but no starts were made.
+
+    A setting that is silently not applied would read as a start that was
+    made; a CPU build host that exports the variable for its GPU hosts is told
+    once, not per warmup.
+
+    Args:
+        why: the reason, e.g. "no GPU is visible to this warmup".
+    """
+    with _said_lock:
+        if why in _said:
+            return
+        _said.add(why)
+    logger.warning(
+        "WARMKIT_TRITON_TORCH_START is set, but %s: torch's CUDA starts were not made", why
+    )
