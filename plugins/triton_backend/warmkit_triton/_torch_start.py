@@ -16,13 +16,14 @@ per float dtype (bf16, fp16, fp32): a matmul and a ``linear`` with a bias
 choice and the first load of its kernels), on tiny tensors. Only torch's public
 ops, on the default stream of that device.
 
-Why it is safe to run beside the imports: torch is fully imported before the
-thread starts (``_setup.settle_torch``), so the thread imports nothing the main
-thread is importing; torch drops the GIL inside each op, which is what lets
-the work overlap. torch hands the cuBLAS handle the thread made to the next
-thread that asks for one (its handle pool), so the command reuses it rather
-than paying ``cublasCreate`` again. The warmup's end waits for the thread (the
-release), so none of it runs beside the command's own code.
+Why it is safe to run beside the imports: torch is fully imported, and its
+CUDA started, before the thread starts (``_setup.settle_torch``, then the
+scope's device), so the thread does not import torch while another thread
+does; torch drops the GIL inside each op, which is what lets the work overlap.
+The library starts are per process; the per-thread handles go back to torch's
+handle pools when the thread ends, for the next thread that asks. The
+warmup's end waits for the thread (the release), so none of it runs beside
+the command's own code.
 
 Why it is off by default: it allocates on the device (a few MiB in torch's
 caching allocator, cuBLAS's workspace) and launches kernels there before the
