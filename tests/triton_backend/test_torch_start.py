@@ -74,20 +74,26 @@ def test_a_warmup_without_a_device_says_once_that_nothing_was_started(
     assert not [t for t in threading.enumerate() if t.name == "warmkit-torch-start"]
 
 
-def test_an_ahead_of_time_warmup_says_once_that_it_starts_nothing(tmp_path, monkeypatch, caplog):
+def test_an_ahead_of_time_warmup_starts_nothing_and_says_nothing(tmp_path, monkeypatch, caplog):
+    # it loads into no device, so the variable does not apply: a compile worker (always
+    # ahead of time) of a device warmup that made the starts must not warn about them
     monkeypatch.setattr(_torch_start, "_said", set())
     monkeypatch.setenv("WARMKIT_TRITON_TORCH_START", "1")
     with caplog.at_level(logging.WARNING, logger="warmkit_triton._torch_start"):
-        for _ in range(2):
-            report = _warmup(monkeypatch, tmp_path, target="cuda:90")
-            assert [e.status for e in report.entries] in (["compiled"], ["cached"])
-    (said,) = _said(caplog)
-    assert "compiles ahead of time for cuda:90" in said, said
+        report = _warmup(monkeypatch, tmp_path, target="cuda:90")
+    assert [e.status for e in report.entries] in (["compiled"], ["cached"])
+    assert _said(caplog) == []
+    assert not [t for t in threading.enumerate() if t.name == "warmkit-torch-start"]
 
 
 def test_without_the_flag_nothing_is_said(tmp_path, monkeypatch, caplog):
+    import warmkit
+
     monkeypatch.setattr(_torch_start, "_said", set())
     monkeypatch.delenv("WARMKIT_TRITON_TORCH_START", raising=False)
-    with caplog.at_level(logging.WARNING, logger="warmkit_triton._torch_start"):
-        _warmup(monkeypatch, tmp_path, target="cuda:90")
+    with (
+        caplog.at_level(logging.WARNING, logger="warmkit_triton._torch_start"),
+        pytest.raises(warmkit.WarmupError, match="no GPU is visible to Triton"),
+    ):
+        _warmup(monkeypatch, tmp_path)  # a device warmup, no GPU: would warn with the flag
     assert _said(caplog) == []

@@ -227,16 +227,13 @@ class TritonCompiler:
                     scope.device = real_driver().get_current_device()
                 except Exception as exc:  # noqa: BLE001 - reported per key by compile()
                     logger.debug("compile_scope: no device (%s)", exc)
-            if _envs.get("WARMKIT_TRITON_TORCH_START"):
-                # torch's own first-use costs beside the kernels' imports (_torch_start)
-                if scope.device is not None:
-                    stack.callback(_torch_start.start(scope.device))
-                else:
-                    _torch_start.not_made(
-                        "no GPU is visible to this warmup"
-                        if tgt is None
-                        else f"this warmup compiles ahead of time for {tgt}, into no device"
-                    )
+                if _envs.get("WARMKIT_TRITON_TORCH_START"):
+                    # torch's own first-use costs beside the kernels' imports (_torch_start);
+                    # an ahead-of-time warmup (a compile worker's too) loads into no device
+                    if scope.device is not None:
+                        stack.callback(_torch_start.start(scope.device))
+                    else:
+                        _torch_start.not_made("no GPU is visible to this device warmup")
             if scope.jobs > 1:
                 scope.pool = _ContextThreadPool(scope.jobs, thread_name_prefix="warmkit-triton")
                 scope.mode = api.async_compile_mode(scope.pool)

@@ -31,9 +31,10 @@ command does; a command that sizes its memory from what is free at start (a
 serving engine's KV-cache planner) sees that much less. It speeds up only what
 it warms: a kernel of another shape or dtype may still load on first use.
 A failure is logged once as a warning and changes nothing else: the warmup's
-result does not depend on it. A warmup that loads into no device (ahead of
-time for a target, or no GPU visible) makes none, and says so once per
-process (:func:`not_made`): a set variable is never dropped in silence.
+result does not depend on it. A device warmup that finds no GPU makes none,
+and says so once per process (:func:`not_made`): a set variable is not
+dropped in silence. An ahead-of-time warmup (for a target, a compile worker's
+included) loads into no device, so the variable does not apply to it.
 """
 
 from __future__ import annotations
@@ -116,11 +117,10 @@ def not_made(why: str) -> None:
     """Say, once per process and reason, that the variable is set but no starts were made.
 
     A setting that is silently not applied would read as a start that was
-    made; a CPU build host that exports the variable for its GPU hosts is told
-    once, not per warmup.
+    made; it is said once, not per warmup.
 
     Args:
-        why: the reason, e.g. "no GPU is visible to this warmup".
+        why: the reason, e.g. "no GPU is visible to this device warmup".
     """
     with _said_lock:
         if why in _said:
