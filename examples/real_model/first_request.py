@@ -45,7 +45,11 @@ DEVICE = os.environ.get("FIRST_REQUEST_DEVICE", "cuda")  # "cpu": a dry run of t
 
 
 def prelude(device: str) -> None:
-    """torch's one-time CUDA starts on tiny tensors: cuBLAS(Lt) and SDPA per float dtype."""
+    """torch's one-time CUDA starts on tiny tensors: cuBLAS(Lt) and SDPA per float dtype.
+
+    The ops of ``warmkit_triton._torch_start.warm`` (``WARMKIT_TRITON_TORCH_START``),
+    copied rather than imported: this script measures a process without warmkit.
+    """
     import torch
     import torch.nn.functional as F
 
