@@ -239,11 +239,9 @@ class _Run(Generic[T]):
         while i is not None:
             try:
                 result, ok = ctx.copy().run(fn, items[i]), True
-            except KeyboardInterrupt as exc:
-                if here:
+            except BaseException as exc:  # handed to the calling thread
+                if here and isinstance(exc, KeyboardInterrupt):
                     raise  # Ctrl-C: run() cancels; this item, still running, is reported with them
-                result, ok = exc, False
-            except BaseException as exc:  # noqa: BLE001 -- handed to the calling thread
                 result, ok = exc, False
             with lock:  # one hold: this item's callback, then the next item
                 self.running.pop(i, None)
