@@ -63,7 +63,7 @@ def test_a_warmup_without_a_device_says_once_that_nothing_was_started(
     # and the setting is not silently dropped: one warning per process, not per warmup
     import warmkit
 
-    monkeypatch.setattr(_torch_start, "_said", set())
+    monkeypatch.setattr(_torch_start, "_said", [])
     monkeypatch.setenv("WARMKIT_TRITON_TORCH_START", "1")
     with caplog.at_level(logging.WARNING, logger="warmkit_triton._torch_start"):
         for _ in range(2):
@@ -77,7 +77,7 @@ def test_a_warmup_without_a_device_says_once_that_nothing_was_started(
 def test_an_ahead_of_time_warmup_starts_nothing_and_says_nothing(tmp_path, monkeypatch, caplog):
     # it loads into no device, so the variable does not apply: a compile worker (always
     # ahead of time) of a device warmup that made the starts must not warn about them
-    monkeypatch.setattr(_torch_start, "_said", set())
+    monkeypatch.setattr(_torch_start, "_said", [])
     monkeypatch.setenv("WARMKIT_TRITON_TORCH_START", "1")
     with caplog.at_level(logging.WARNING, logger="warmkit_triton._torch_start"):
         report = _warmup(monkeypatch, tmp_path, target="cuda:90")
@@ -89,7 +89,7 @@ def test_an_ahead_of_time_warmup_starts_nothing_and_says_nothing(tmp_path, monke
 def test_without_the_flag_nothing_is_said(tmp_path, monkeypatch, caplog):
     import warmkit
 
-    monkeypatch.setattr(_torch_start, "_said", set())
+    monkeypatch.setattr(_torch_start, "_said", [])
     monkeypatch.delenv("WARMKIT_TRITON_TORCH_START", raising=False)
     with (
         caplog.at_level(logging.WARNING, logger="warmkit_triton._torch_start"),

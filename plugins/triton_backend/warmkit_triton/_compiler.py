@@ -233,7 +233,7 @@ class TritonCompiler:
                     if scope.device is not None:
                         stack.callback(_torch_start.start(scope.device))
                     else:
-                        _torch_start.not_made("no GPU is visible to this device warmup")
+                        _torch_start.not_made()
             if scope.jobs > 1:
                 scope.pool = _ContextThreadPool(scope.jobs, thread_name_prefix="warmkit-triton")
                 scope.mode = api.async_compile_mode(scope.pool)

@@ -49,7 +49,7 @@ __all__ = ["not_made", "start", "warm"]
 
 logger = logging.getLogger(__name__)
 
-_said: set[str] = set()
+_said: list[bool] = []  # [True] once not_made() has warned in this process
 _said_lock = threading.Lock()
 
 
@@ -113,19 +113,17 @@ def start(device: int) -> Callable[[], bool]:
     return release
 
 
-def not_made(why: str) -> None:
-    """Say, once per process and reason, that the variable is set but no starts were made.
+def not_made() -> None:
+    """Say, once per process, that the variable is set but a device warmup found no GPU.
 
     A setting that is silently not applied would read as a start that was
     made; it is said once, not per warmup.
-
-    Args:
-        why: the reason, e.g. "no GPU is visible to this device warmup".
     """
     with _said_lock:
-        if why in _said:
+        if _said:
             return
-        _said.add(why)
+        _said.append(True)
     logger.warning(
-        "WARMKIT_TRITON_TORCH_START is set, but %s: torch's CUDA starts were not made", why
+        "WARMKIT_TRITON_TORCH_START is set, but no GPU is visible to this device warmup: "
+        "torch's CUDA starts were not made"
     )
