@@ -29,7 +29,7 @@ def _alive(pid: int) -> bool:
     """A process that runs (a zombie, exited but not reaped, counts as gone)."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):  # gone, or reaped between open and read
         return False
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
