@@ -130,12 +130,15 @@ COMPARE_ROW = "`warmkit run -m run.json`, warm cache, the --compare installation
 
 
 def measure(
-    b: Bench, runs: int, other: int, manifest: Path | None = None
+    b: Bench, runs: int, other: int, manifest: Path | None = None, seconds: float | None = None
 ) -> tuple[list[tuple[str, list[dict]]], dict]:
     """Every row's runs, in the module docstring's order, and the build/install seconds.
 
     With ``manifest`` (an earlier recording) nothing is recorded; rows of no run are left out.
+    With ``seconds``, no turn after the first starts that the slowest turn so far says would
+    end past it (a device call's limit: a cut call would bring back nothing).
     """
+    started = time.monotonic()
     rows: list[tuple[str, list[dict]]] = []
     rows.append(
         ("cold: empty Triton cache, no warmkit", [b.gen([], b.cache(), f"cold-{i}") for i in range(other)])
@@ -156,12 +159,18 @@ def measure(
     run_rows: list[dict] = []
     compare_rows: list[dict] = []
     start_rows: list[dict] = []
+    slowest = 0.0
     for i in range(runs):  # taking turns: a slow minute of the host lands on both rows
+        turn = time.monotonic()
+        if i and seconds is not None and turn - started + slowest > seconds:
+            print(f"bench: {i} turn(s) of {runs}: another would end past --seconds {seconds:g}")
+            break
         warm_rows.append(b.gen([], warm, f"warm-{i}"))
         run_rows.append(b.gen(replay, warm, f"run-{i}"))
         start_rows.append(b.gen(replay, warm, f"torch-start-{i}", {TORCH_START: "1"}))
         if b.compare is not None:  # the other installation, on the same warm cache
             compare_rows.append(b.gen(replay, warm, f"compare-{i}", {"PYTHONPATH": str(b.compare)}))
+        slowest = max(slowest, time.monotonic() - turn)
     rows.append(("warm Triton cache, no warmkit", warm_rows))
     rows.append(("`warmkit record` (empty cache)", recorded))
     rows.append(("`warmkit run -m run.json`, warm cache", run_rows))
@@ -294,6 +303,11 @@ def main() -> None:
         help="py-spy's path: also profile one warm run with and one without warmkit "
         "(profile-run.txt, profile-warm.txt: collapsed stacks)",
     )  # fmt: skip
+    p.add_argument(
+        "--seconds", type=float, metavar="S",
+        help="start no turn of the rows after the first that would end more than S seconds after "
+        "the start, by the slowest turn so far (the rows' N says how many ran)",
+    )  # fmt: skip
     a = p.parse_args()
     a.out = a.out.resolve()
     a.out.mkdir(parents=True, exist_ok=True)
@@ -301,7 +315,7 @@ def main() -> None:
     b.py_spy = a.profile
     b.compare = a.compare.resolve() if a.compare else None
     other = a.runs if a.other_runs is None else a.other_runs
-    rows, extra = measure(b, a.runs, other, a.manifest.resolve() if a.manifest else None)
+    rows, extra = measure(b, a.runs, other, a.manifest.resolve() if a.manifest else None, a.seconds)
     check(b, rows)
     text = table(rows, extra)
     print(text)

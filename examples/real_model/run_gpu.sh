@@ -36,9 +36,10 @@ if [ -n "${COMPARE:-}" ]; then
         python3 -m pip install -q --no-index --no-deps --no-cache-dir --upgrade \
             --target /tmp/site-compare /tmp/compare-wheels/*.whl || exit 1
 fi
+# SECONDS_LIMIT=S: no turn of the rows starts that would end past S s (bench.py --seconds).
 # PROFILE=1: also py-spy profiles of one warm run with and without warmkit (py-spy's wheel in .whl/)
 python3 examples/real_model/bench.py --runs "${1:-5}" --out "$OUT/real_model" \
-    ${PROFILE:+--profile /tmp/site/bin/py-spy} ${MANIFEST:+--manifest "$MANIFEST"} ${OTHER_RUNS:+--other-runs "$OTHER_RUNS"} \
+    ${PROFILE:+--profile /tmp/site/bin/py-spy} ${MANIFEST:+--manifest "$MANIFEST"} ${OTHER_RUNS:+--other-runs "$OTHER_RUNS"} ${SECONDS_LIMIT:+--seconds "$SECONDS_LIMIT"} \
     ${COMPARE:+--compare /tmp/site-compare}
 rc=$?
 rm -f "$OUT"/real_model/rec-[1-9]*.json  # the first recording is run.json; the rest only timed

@@ -156,6 +156,19 @@ if "warmkit" in sys.modules:  # under `warmkit run`: which installation's hook r
 """
 
 
+def _smoke_bench(tmp_path: Path, *args: str) -> tuple[Path, str, dict]:
+    """bench.py with FAKE_GEN for gen.py, no cold/record/bundle rows: its out, stdout, rows."""
+    gen = tmp_path / "fake_gen.py"
+    gen.write_text(FAKE_GEN)
+    out = tmp_path / "out"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WARMKIT_")}
+    cmd = [sys.executable, str(ROOT / "examples" / "real_model" / "bench.py"), *args]
+    cmd += ["--other-runs", "0", "--out", str(out), "--gen", f"{sys.executable} {gen}"]
+    proc = subprocess.run(cmd, check=False, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return out, proc.stdout, dict(json.loads((out / "results.json").read_text())["rows"])
+
+
 def test_bench_compare_row_runs_the_other_installation(tmp_path: Path) -> None:
     # The A/B row of a change (--compare SITE) must run SITE's warmkit, parent and hook,
     # taking turns with this installation's row; a smoke run with a stand-in for gen.py.
@@ -165,19 +178,19 @@ def test_bench_compare_row_runs_the_other_installation(tmp_path: Path) -> None:
     shutil.copytree(
         ROOT / "warmkit", site / "warmkit", ignore=shutil.ignore_patterns("__pycache__")
     )
-    gen = tmp_path / "fake_gen.py"
-    gen.write_text(FAKE_GEN)
-    out = tmp_path / "out"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("WARMKIT_")}
-    cmd = [sys.executable, str(ROOT / "examples" / "real_model" / "bench.py"), "--runs", "2"]
-    cmd += ["--other-runs", "0", "--out", str(out), "--gen", f"{sys.executable} {gen}"]
-    cmd += ["--compare", str(site)]
-    proc = subprocess.run(cmd, check=False, env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    rows = dict(json.loads((out / "results.json").read_text())["rows"])
+    out, _, rows = _smoke_bench(tmp_path, "--runs", "2", "--compare", str(site))
     compare = rows["`warmkit run -m run.json`, warm cache, the --compare installation"]
     assert [r["label"] for r in compare] == ["compare-0", "compare-1"]
     assert [r["jit_events"] for r in compare] == [0, 0]
     for label, where in (("compare-0", site), ("run-0", ROOT)):
         log = (out / f"{label}.log").read_text()
         assert f"WARMKIT_FROM {where / 'warmkit' / '__init__.py'}" in log, log
+
+
+def test_bench_seconds_starts_no_turn_that_would_end_past_it(tmp_path: Path) -> None:
+    # A device call cut at its limit brings back nothing: --seconds stops taking turns in time,
+    # after one turn at least (the table needs a run per row), and says how many ran.
+    _, stdout, rows = _smoke_bench(tmp_path, "--runs", "3", "--seconds", "0.001")
+    assert "bench: 1 turn(s) of 3: another would end past --seconds 0.001" in stdout
+    assert [r["label"] for r in rows["warm Triton cache, no warmkit"]] == ["warm-0"]
+    assert [r["label"] for r in rows["`warmkit run -m run.json`, warm cache"]] == ["run-0"]
