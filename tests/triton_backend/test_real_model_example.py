@@ -194,3 +194,35 @@ def test_bench_seconds_starts_no_turn_that_would_end_past_it(tmp_path: Path) -> 
     assert "bench: 1 turn(s) of 3: another would end past --seconds 0.001" in stdout
     assert [r["label"] for r in rows["warm Triton cache, no warmkit"]] == ["warm-0"]
     assert [r["label"] for r in rows["`warmkit run -m run.json`, warm cache"]] == ["run-0"]
+
+
+def test_hook_profile_splits_the_hooks_imports_from_its_own_work() -> None:
+    # py-spy raw lines (process;thread;outermost..innermost frames count): site's import of
+    # sitecustomize is above the hook, so only imports below warmkit's module count as imports.
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "hook_profile", ROOT / "examples" / "real_model" / "hook_profile.py"
+    )
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    site = "p;thread (1): MainThread;main (<frozen site>:636);execsitecustomize (<frozen site>:575)"
+    site += ";_find_and_load (<frozen importlib._bootstrap>:1360);<module> (sitecustomize.py:5)"
+    lines = [
+        f"{site};main (warmkit/_cli/startup.py:158);_find_and_load (<frozen x>:1);<module> (a.py:1) 7",
+        f"{site};main (warmkit/_cli/startup.py:158);prime (warmkit_triton/_kernel.py:9) 2",
+        "p;thread (1): MainThread;<module> (gen.py:3);forward (m.py:1) 5",
+        "p;thread (1): MainThread 3",
+        "p;thread (2): warmkit-compile;run (t.py:1);RecordedTritonKernel.function_for (_record.py:375) 4",
+        "p;thread (2): warmkit-compile;run (t.py:1);load_handles (_runtime.py:1) 1",
+    ]
+    parts = {k: sum(v.values()) for k, v in mod.split(lines).items()}
+    assert parts == {
+        "main: the hook, importing": 7,
+        "main: the hook, warmkit's own work": 2,
+        "main: the command": 5,
+        "main: no Python frame (interpreter start, exec)": 3,
+        "warmkit-compile: waiting on an import": 4,
+        "warmkit-compile: other": 1,
+    }

@@ -1,0 +1,103 @@
+"""Where ``warmkit run``'s startup hook spends its time: imports, or warmkit's own work.
+
+The hook's warmup imports the recorded kernels' modules (Liger's, which pull in
+torch and transformers): the same modules the command imports right after, so
+that part only moves. The issue's goal counts the rest, the hook's own work
+beyond the imports. This reads a py-spy profile of one ``warmkit run`` process
+(bench.py ``--profile``: ``profile-run.txt``, py-spy's ``--format raw``, taken
+with ``--threads --idle``) and splits its samples:
+
+* the main thread inside the hook (below ``sitecustomize``, before the command's
+  first line): under an import, or not (warmkit's own work: its top frames are
+  listed);
+* the main thread in the command (``gen.py`` on the stack);
+* each of warmkit's threads (``warmkit-*``): waiting on an import the main thread
+  makes, or not (its innermost frames are listed).
+
+Usage::
+
+    python3 examples/real_model/hook_profile.py out/real_model/profile-run.txt [--rate 250]
+
+Prints seconds (samples over the rate) per part; nothing is imported from warmkit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+from pathlib import Path
+
+IMPORTING = ("_find_and_load (", "import_module (", "_gcd_import (")
+# A thread's innermost Python frame when it is blocked in C on an import another thread makes:
+# importlib's module lock, or the recorded kernels' lock around their import (a C-level
+# ``Lock.acquire`` shows no frame of its own, so ``function_for`` is the innermost).
+WAITING_ON_IMPORT = (
+    "_ModuleLock.acquire",
+    "_lock_unlock_module",
+    "RecordedTritonKernel.function_for",
+)
+
+
+def _name(frame: str) -> str:
+    """``func (path:line)`` -> ``func (file)``: one entry per function, not per line."""
+    func, _, where = frame.partition(" (")
+    return f"{func} ({where.rsplit(':', 1)[0].rsplit('/', 1)[-1]})" if where else func
+
+
+def split(lines: list[str], command: str = "gen.py") -> dict[str, collections.Counter]:
+    """The samples of each part (module docstring), by the part's top frames."""
+    parts: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+    for line in lines:
+        stack, _, count = line.rstrip("\n").rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        n = int(count)
+        _process, thread, *frames = stack.split(";")
+        if "MainThread" in thread:
+            if not frames:
+                parts["main: no Python frame (interpreter start, exec)"]["-"] += n
+            elif any(command in f for f in frames):
+                parts["main: the command"]["-"] += n
+            elif not any("sitecustomize.py" in f for f in frames):
+                parts["main: before the hook"][_name(frames[-1])] += n
+            else:
+                # below warmkit's sitecustomize.py module (site's own import of it is above)
+                at = max(i for i, f in enumerate(frames) if "sitecustomize.py" in f)
+                hook = frames[at + 1 :]
+                cut = next((i for i, f in enumerate(hook) if f.startswith(IMPORTING)), None)
+                if cut is None:
+                    top = " < ".join(_name(f) for f in reversed(hook[-3:]))
+                    parts["main: the hook, warmkit's own work"][top] += n
+                else:
+                    parts["main: the hook, importing"][_name(hook[cut - 1]) if cut else "-"] += n
+        elif "warmkit-" in thread:
+            label = thread.split(": ", 1)[-1]
+            if frames and any(w in frames[-1] for w in WAITING_ON_IMPORT):
+                parts[f"{label}: waiting on an import"]["-"] += n
+            else:
+                leaf = " < ".join(_name(f) for f in reversed(frames[-2:])) if frames else "-"
+                parts[f"{label}: other"][leaf] += n
+    return parts
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("profile", type=Path, help="py-spy --format raw output of a `warmkit run`")
+    p.add_argument("--rate", type=float, default=250.0, help="py-spy's --rate (default 250)")
+    p.add_argument("--top", type=int, default=5, help="top frames listed per part (default 5)")
+    p.add_argument("--command", default="gen.py", help="a file on the command's stacks")
+    a = p.parse_args()
+    parts = split(a.profile.read_text().splitlines(), a.command)
+    print("| part | samples | seconds |\n|---|---|---|")
+    for name in sorted(parts, key=lambda k: -sum(parts[k].values())):
+        n = sum(parts[name].values())
+        print(f"| {name} | {n} | {n / a.rate:.2f} |")
+    for name, frames in sorted(parts.items()):
+        if "own work" in name or name.endswith("other"):
+            print(f"\n{name}:")
+            for top, n in frames.most_common(a.top):
+                print(f"  {n:5d}  {top}")
+
+
+if __name__ == "__main__":
+    main()
