@@ -8,11 +8,11 @@ beyond the imports. This reads a py-spy profile of one ``warmkit run`` process
 with ``--threads --idle``) and splits its samples:
 
 * the main thread inside the hook (below ``sitecustomize``, before the command's
-  first line): under an import, or not (warmkit's own work: its top frames are
-  listed);
+  first line): under an import, waiting on warmkit's threads, or neither
+  (warmkit's own work: its top frames are listed);
 * the main thread in the command (``gen.py`` on the stack);
-* each of warmkit's threads (``warmkit-*``): waiting on an import the main thread
-  makes, or not (its innermost frames are listed).
+* each of warmkit's threads (``warmkit-*``): waiting on an import another thread
+  makes, importing, or neither (its innermost frames are listed).
 
 Usage::
 
@@ -36,6 +36,9 @@ WAITING_ON_IMPORT = (
     "_lock_unlock_module",
     "RecordedTritonKernel.function_for",
 )
+# The main thread blocked until warmkit's threads finish their keys (an older runner's way;
+# since session 20's runner the main thread runs warm keys itself): their parts say what.
+WAITING_ON_THREADS = ("Condition.wait (", "Event.wait (", "Thread.join (")
 
 
 def _name(frame: str) -> str:
@@ -65,15 +68,20 @@ def split(lines: list[str], command: str = "gen.py") -> dict[str, collections.Co
                 at = max(i for i, f in enumerate(frames) if "sitecustomize.py" in f)
                 hook = frames[at + 1 :]
                 cut = next((i for i, f in enumerate(hook) if f.startswith(IMPORTING)), None)
-                if cut is None:
+                if cut is not None:
+                    parts["main: the hook, importing"][_name(hook[cut - 1]) if cut else "-"] += n
+                elif hook and hook[-1].startswith(WAITING_ON_THREADS):
+                    top = " < ".join(_name(f) for f in reversed(hook[-3:]))
+                    parts["main: the hook, waiting on warmkit's threads"][top] += n
+                else:
                     top = " < ".join(_name(f) for f in reversed(hook[-3:]))
                     parts["main: the hook, warmkit's own work"][top] += n
-                else:
-                    parts["main: the hook, importing"][_name(hook[cut - 1]) if cut else "-"] += n
         elif "warmkit-" in thread:
             label = thread.split(": ", 1)[-1]
-            if frames and any(w in frames[-1] for w in WAITING_ON_IMPORT):
+            if frames and frames[-1].startswith(WAITING_ON_IMPORT):
                 parts[f"{label}: waiting on an import"]["-"] += n
+            elif any(f.startswith(IMPORTING) for f in frames):
+                parts[f"{label}: importing"]["-"] += n
             else:
                 leaf = " < ".join(_name(f) for f in reversed(frames[-2:])) if frames else "-"
                 parts[f"{label}: other"][leaf] += n

@@ -216,6 +216,8 @@ def test_hook_profile_splits_the_hooks_imports_from_its_own_work() -> None:
         "p;thread (1): MainThread 3",
         "p;thread (2): warmkit-compile;run (t.py:1);RecordedTritonKernel.function_for (_record.py:375) 4",
         "p;thread (2): warmkit-compile;run (t.py:1);load_handles (_runtime.py:1) 1",
+        "p;thread (2): warmkit-compile;run (t.py:1);_find_and_load (<frozen x>:1);f (b.py:2) 6",
+        f"{site};main (warmkit/_cli/startup.py:158);Event.wait (threading.py:655) 8",
     ]
     parts = {k: sum(v.values()) for k, v in mod.split(lines).items()}
     assert parts == {
@@ -225,4 +227,6 @@ def test_hook_profile_splits_the_hooks_imports_from_its_own_work() -> None:
         "main: no Python frame (interpreter start, exec)": 3,
         "warmkit-compile: waiting on an import": 4,
         "warmkit-compile: other": 1,
+        "warmkit-compile: importing": 6,
+        "main: the hook, waiting on warmkit's threads": 8,
     }
