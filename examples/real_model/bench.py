@@ -306,7 +306,8 @@ def main() -> None:
     p.add_argument(
         "--seconds", type=float, metavar="S",
         help="start no turn of the rows after the first that would end more than S seconds after "
-        "the start, by the slowest turn so far (the rows' N says how many ran)",
+        "the start, by the slowest turn so far (the rows' N says how many ran); the bundle rows "
+        "and --profile's runs come after the turns, outside S",
     )  # fmt: skip
     a = p.parse_args()
     a.out = a.out.resolve()
