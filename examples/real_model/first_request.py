@@ -22,6 +22,7 @@ Usage (a GPU host; gen.py's README for the wheels)::
 
     python3 examples/real_model/first_request.py --runs 5 --out out/first_request \
         [--profile PATH_TO_PY_SPY]     # also one native py-spy profile of ``plain``
+        [--seconds S]                  # no turn that would end past S s (a device call's limit)
 
 Prints a markdown table of medians; writes results.json and each process's log.
 """
@@ -140,6 +141,11 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path("out/first_request"))
     ap.add_argument("--modes", default=",".join(MODES))
     ap.add_argument("--profile", help="py-spy: one native profile of the plain mode")
+    ap.add_argument(
+        "--seconds", type=float, metavar="S",
+        help="start no turn after the first that would end more than S seconds after the start, "
+        "by the slowest turn so far (a device call's limit; each mode's N says how many ran)",
+    )  # fmt: skip
     ap.add_argument("--child", choices=MODES, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -162,15 +168,23 @@ def main() -> None:
         print(f"{label}: exit {p.returncode}, no RESULT; see {args.out / label}.log", flush=True)
         return None
 
-    one("plain", "prime")  # Triton's cache warm, as in gen.py's baseline row
+    if one("plain", "prime") is None:  # Triton's cache warm, as in gen.py's baseline row
+        raise SystemExit("first_request: the priming run failed; nothing measured")
     modes = args.modes.split(",")
     results: dict[str, list[dict]] = {m: [] for m in modes}
+    started, slowest, missing = time.monotonic(), 0.0, 0
     for i in range(args.runs):
+        turn = time.monotonic()
+        if i and args.seconds is not None and turn - started + slowest > args.seconds:
+            print(f"first_request: {i} turn(s) of {args.runs}: another would end past --seconds")
+            break
         for m in modes:
             r = one(m, f"{m}-{i}")
+            missing += r is None
             if r:
                 results[m].append(r)
                 print(m, i, {k: v for k, v in r.items() if k != "tokens"}, flush=True)
+        slowest = max(slowest, time.monotonic() - turn)
     if args.profile:
         one(
             "plain",
@@ -190,6 +204,9 @@ def main() -> None:
         print(f"| {m} | {len(rs)} | " + " | ".join(cells) + " |")
     tokens = {json.dumps(r["tokens"]) for rs in results.values() for r in rs}
     print("tokens equal in every run:", len(tokens) == 1)
+    if missing or len(tokens) != 1:  # a run without a result, or other tokens: not a result
+        print(f"first_request: {missing} run(s) gave no RESULT; {len(tokens)} distinct TOKENS")
+        raise SystemExit(1)
 
 
 if __name__ == "__main__":

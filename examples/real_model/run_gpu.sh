@@ -42,6 +42,13 @@ python3 examples/real_model/bench.py --runs "${1:-5}" --out "$OUT/real_model" \
     ${PROFILE:+--profile /tmp/site/bin/py-spy} ${MANIFEST:+--manifest "$MANIFEST"} ${OTHER_RUNS:+--other-runs "$OTHER_RUNS"} ${SECONDS_LIMIT:+--seconds "$SECONDS_LIMIT"} \
     ${COMPARE:+--compare /tmp/site-compare}
 rc=$?
+# FIRST_REQUEST=N: then first_request.py, N turns of its modes (FIRST_REQUEST_SECONDS=S: none
+# that would end past S s), into $OUT/real_model/first_request.
+if [ -n "${FIRST_REQUEST:-}" ]; then
+    python3 examples/real_model/first_request.py --runs "$FIRST_REQUEST" \
+        --out "$OUT/real_model/first_request" \
+        ${FIRST_REQUEST_SECONDS:+--seconds "$FIRST_REQUEST_SECONDS"} || rc=1
+fi
 rm -f "$OUT"/real_model/rec-[1-9]*.json  # the first recording is run.json; the rest only timed
 # The device tool brings back only a few files per call: everything goes into one archive, and
 # only what is committed or read first (results.json, table.md, run.json) stays beside it.
