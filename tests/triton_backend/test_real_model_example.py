@@ -230,3 +230,17 @@ def test_hook_profile_splits_the_hooks_imports_from_its_own_work() -> None:
         "warmkit-compile: importing": 6,
         "main: the hook, waiting on warmkit's threads": 8,
     }
+
+
+def test_first_request_says_a_failed_priming_run_and_exits_nonzero(tmp_path: Path) -> None:
+    # Without a GPU (or without transformers) every child fails: the script must not print an
+    # empty table and exit 0 as if it had measured something.
+    cmd = [sys.executable, str(ROOT / "examples" / "real_model" / "first_request.py")]
+    cmd += ["--runs", "2", "--seconds", "1", "--out", str(tmp_path / "out")]
+    env = {k: v for k, v in os.environ.items() if k not in ("FIRST_REQUEST_DEVICE",)}
+    env["CUDA_VISIBLE_DEVICES"] = ""
+    proc = subprocess.run(cmd, check=False, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "first_request: the priming run failed; nothing measured" in proc.stderr
+    assert "prime: exit" in proc.stdout and (tmp_path / "out" / "prime.log").is_file()
+    assert "| mode |" not in proc.stdout
