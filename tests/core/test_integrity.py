@@ -243,6 +243,30 @@ def test_a_changed_record_or_a_garbage_stamp_gets_the_full_check(stamped):
     assert verify_entry_stamped(entry) == [] and len(hashed) == 2
 
 
+def test_the_stamp_holds_each_file_and_the_record_as_os_stat_sees_them(stamped):
+    # The stamp is compared with one os.scandir walk's DirEntry.stat(): it must say what
+    # os.stat of each path says, the record's included, or a stamp would never match (or
+    # match what it should not).
+    entry, _ = stamped
+    stats = _integrity._stat_entry(entry)
+    assert sorted(stats) == ["k.bin", "k.json", RECORD]
+    for rel, got in stats.items():
+        st = os.stat(entry / rel)
+        assert got == [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+
+
+def test_a_dangling_link_in_the_records_place_gets_the_full_check(stamped):
+    # Left out of the stat as Path.exists left it out: the stamp no longer matches, so the
+    # check runs in full (here the structural check, as for an entry with no record at all).
+    entry, _ = stamped
+    (entry / RECORD).unlink()
+    (entry / RECORD).symlink_to(entry / "gone.json")
+    assert RECORD not in _integrity._stat_entry(entry)
+    assert verify_entry_stamped(entry, lambda e: ["the structural check ran"]) == [
+        "the structural check ran"
+    ]
+
+
 def test_files_changed_just_before_the_check_are_not_stamped(tmp_path):
     """A file written within the racy window may change again without its ctime moving (coarse
     clock ticks): such an entry is checked in full, and stamped only once its files are older."""

@@ -156,3 +156,51 @@ def test_a_warm_key_walks_tritons_launch_path_once(triton_cache, monkeypatch):
     )
     assert [e.status for e in _warm().entries] == ["cached"]
     assert len(runs) == 1, runs
+
+
+# -- complete_entry: what a warm key takes for a complete entry, broken on purpose -------------
+
+
+def _group_entry(tmp_path: Path, children: dict) -> Path:
+    entry = tmp_path / "ENTRY"
+    entry.mkdir()
+    for name in ("k.cubin", "k.json"):
+        (entry / name).write_bytes(b"x")
+    (entry / "__grp__k.json").write_text(json.dumps({"child_paths": children}))
+    return entry
+
+
+def test_complete_entry_lists_the_group_its_files_and_the_aot_record(tmp_path: Path) -> None:
+    from warmkit_triton._entry import AOT_RECORD, complete_entry
+
+    entry = tmp_path / "ENTRY"
+    entry = _group_entry(tmp_path, {n: str(entry / n) for n in ("k.cubin", "k.json")})
+    assert complete_entry(entry) == {
+        "__grp__k.json": entry / "__grp__k.json",
+        "k.cubin": entry / "k.cubin",
+        "k.json": entry / "k.json",
+    }
+    (entry / AOT_RECORD).write_text("{}")
+    assert set(complete_entry(entry) or {}) == {"__grp__k.json", "k.cubin", "k.json", AOT_RECORD}
+
+
+@pytest.mark.parametrize("damage", ["a listed file is missing", "a path is not a string", "empty"])
+def test_an_incomplete_group_is_no_entry(tmp_path: Path, damage: str) -> None:
+    # An int would be a file descriptor to os.path.isfile (fd 0-2 exist in every process).
+    from warmkit_triton._entry import complete_entry
+
+    entry = tmp_path / "ENTRY"
+    children: dict = {n: str(entry / n) for n in ("k.cubin", "k.json")}
+    if damage == "a listed file is missing":
+        children["k.ptx"] = str(entry / "k.ptx")
+    elif damage == "a path is not a string":
+        children["k.cubin"] = 1
+    else:
+        children = {}
+    assert complete_entry(_group_entry(tmp_path, children)) is None
+
+
+def test_no_directory_is_no_entry(tmp_path: Path) -> None:
+    from warmkit_triton._entry import complete_entry
+
+    assert complete_entry(tmp_path / "missing") is None

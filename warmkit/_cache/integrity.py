@@ -87,12 +87,27 @@ def _own_files(entry: Path) -> list[tuple[str, Path]]:
     string joins, not ``Path.rglob`` and ``relative_to``: ~0.1 ms less of
     each cached entry's check in a warm restart (9 files, CPU box).
     """
-    found: list[tuple[tuple[str, ...], Path]] = []
+    return [(rel, Path(d.path)) for rel, d in _scan(os.fspath(entry))[0]]
+
+
+def _scan(
+    entry: str,
+) -> tuple[list[tuple[str, os.DirEntry[str]]], os.DirEntry[str] | None]:
+    """:func:`_own_files` as ``os.DirEntry`` objects, and the integrity record's (None if absent).
+
+    One walk gives both, and :func:`_stat_entry` stats the ``DirEntry`` objects:
+    no ``Path`` per file and no second look-up of the record (~0.05 ms of each
+    warm key's stamp check, CPU box).
+    """
+    found: list[tuple[tuple[str, ...], os.DirEntry[str]]] = []
+    record: list[os.DirEntry[str]] = []
 
     def walk(directory: str, parts: tuple[str, ...]) -> None:
         with os.scandir(directory) as it:
             for d in it:
                 name, is_dir = d.name, d.is_dir(follow_symlinks=False)
+                if not parts and name == RECORD:
+                    record.append(d)
                 if not parts and (
                     name.startswith(("tmp.", "."))  # Triton's in-progress writes, dot-temporaries
                     or (name.startswith("warmkit-") and not is_dir)
@@ -101,11 +116,11 @@ def _own_files(entry: Path) -> list[tuple[str, Path]]:
                 if is_dir:
                     walk(d.path, (*parts, name))
                 elif name != "lock" and _is_file(d):  # lock files are not content
-                    found.append(((*parts, name), Path(d.path)))
+                    found.append(((*parts, name), d))
 
-    walk(os.fspath(entry), ())
-    found.sort()
-    return [("/".join(parts), path) for parts, path in found]
+    walk(entry, ())
+    found.sort(key=lambda item: item[0])
+    return [("/".join(parts), d) for parts, d in found], (record[0] if record else None)
 
 
 def _is_file(d: os.DirEntry[str]) -> bool:
@@ -273,14 +288,24 @@ def verify_entry_stamped(entry: str | os.PathLike[str], check: Check | None = No
 
 
 def _stat_entry(root: Path) -> dict[str, list[int]]:
-    """``{relative path: [dev, ino, size, mtime_ns, ctime_ns]}`` of the entry's own files and record."""
-    files = [(rel, path) for rel, path in _own_files(root)]
-    if (root / RECORD).exists():
-        files.append((RECORD, root / RECORD))
+    """``{relative path: [dev, ino, size, mtime_ns, ctime_ns]}`` of the entry's own files and record.
+
+    Each stat follows links, as ``os.stat`` does (``DirEntry.stat()`` is that call). A
+    dangling link in the record's place is left out, as ``Path.exists`` left it out; any
+    other error stating it raises (the caller then checks the entry in full).
+    """
+    files, record = _scan(os.fspath(root))
     out = {}
-    for rel, path in files:
-        st = os.stat(path)
+    for rel, d in files:
+        st = d.stat()
         out[rel] = [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+    if record is not None:
+        try:
+            st = record.stat()
+        except FileNotFoundError:
+            pass
+        else:
+            out[RECORD] = [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
     return out
 
 
