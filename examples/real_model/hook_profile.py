@@ -8,7 +8,9 @@ beyond the imports. This reads a py-spy profile of one ``warmkit run`` process
 with ``--threads --idle``) and splits its samples:
 
 * the main thread inside the hook (below ``sitecustomize``, before the command's
-  first line): under an import, waiting on warmkit's threads, or neither
+  first line): under an import (of warmkit's own modules, its work; or of
+  others, the command's, as far as the command imports them itself: gen.py
+  imports torch, Triton and Liger), waiting on warmkit's threads, or neither
   (warmkit's own work: its top frames are listed);
 * the main thread in the command (``gen.py`` on the stack);
 * each of warmkit's threads (``warmkit-*``): waiting on an import another thread
@@ -69,7 +71,13 @@ def split(lines: list[str], command: str = "gen.py") -> dict[str, collections.Co
                 hook = frames[at + 1 :]
                 cut = next((i for i, f in enumerate(hook) if f.startswith(IMPORTING)), None)
                 if cut is not None:
-                    parts["main: the hook, importing"][_name(hook[cut - 1]) if cut else "-"] += n
+                    # whose module: warmkit's own count as its work, not as the command's imports
+                    first = next((f for f in hook[cut:] if f.startswith("<module> (")), "")
+                    own = "warmkit" in first.partition("(")[2]
+                    part = "warmkit's own modules" if own else ""
+                    parts[f"main: the hook, importing {part}".rstrip()][
+                        _name(hook[cut - 1]) if cut else "-"
+                    ] += n
                 elif hook and hook[-1].startswith(WAITING_ON_THREADS):
                     top = " < ".join(_name(f) for f in reversed(hook[-3:]))
                     parts["main: the hook, waiting on warmkit's threads"][top] += n

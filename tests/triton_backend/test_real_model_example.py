@@ -218,6 +218,7 @@ def test_hook_profile_splits_the_hooks_imports_from_its_own_work() -> None:
         "p;thread (2): warmkit-compile;run (t.py:1);load_handles (_runtime.py:1) 1",
         "p;thread (2): warmkit-compile;run (t.py:1);_find_and_load (<frozen x>:1);f (b.py:2) 6",
         f"{site};main (warmkit/_cli/startup.py:158);Event.wait (threading.py:655) 8",
+        f"{site};_find_and_load (<frozen x>:1);<module> (warmkit/_warmup/report.py:3) 9",
     ]
     parts = {k: sum(v.values()) for k, v in mod.split(lines).items()}
     assert parts == {
@@ -229,6 +230,7 @@ def test_hook_profile_splits_the_hooks_imports_from_its_own_work() -> None:
         "warmkit-compile: other": 1,
         "warmkit-compile: importing": 6,
         "main: the hook, waiting on warmkit's threads": 8,
+        "main: the hook, importing warmkit's own modules": 9,
     }
 
 
