@@ -295,17 +295,17 @@ def _stat_entry(root: Path) -> dict[str, list[int]]:
     other error stating it raises (the caller then checks the entry in full).
     """
     files, record = _scan(os.fspath(root))
+    if record is not None:
+        try:
+            record.stat()  # cached on the DirEntry: the loop below reads it again for free
+        except FileNotFoundError:
+            pass
+        else:
+            files.append((RECORD, record))
     out = {}
     for rel, d in files:
         st = d.stat()
         out[rel] = [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
-    if record is not None:
-        try:
-            st = record.stat()
-        except FileNotFoundError:
-            pass
-        else:
-            out[RECORD] = [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
     return out
 
 

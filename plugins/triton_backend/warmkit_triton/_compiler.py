@@ -229,7 +229,8 @@ class TritonCompiler:
                     logger.debug("compile_scope: no device (%s)", exc)
                 if _envs.get("WARMKIT_TRITON_TORCH_START"):
                     # torch's own first-use costs beside the kernels' imports (_torch_start);
-                    # an ahead-of-time warmup (a compile worker's too) loads into no device
+                    # here only: an ahead-of-time warmup (a compile worker's too) loads into no
+                    # device, so the variable does not apply to it
                     if scope.device is not None:
                         stack.callback(_torch_start.start(scope.device))
                     else:
