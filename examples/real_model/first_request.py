@@ -1,8 +1,10 @@
 """What the first ``generate()`` of gen.py pays that the second does not, and what a prelude removes.
 
 After warmkit's warmup (0 JIT events) the first ``generate()`` still takes
-1.7-1.9 s against a steady 0.14 s on an H100; a py-spy profile puts ~1.1 s of it
-inside the first ``scaled_dot_product_attention`` call. This script, without
+1.7-1.9 s against a steady 0.14 s on an H100; on one host a py-spy profile put
+~1.1 s of it inside the first ``scaled_dot_product_attention`` call, on another
+this script found each op's first call at 0.04-0.07 s and the first
+``generate()`` no shorter after them (docs/benchmarks.md). This script, without
 warmkit, on a warm Triton cache, tells what that is: fresh processes in turns,
 
 * ``plain``: gen.py's steps, timed: imports, the model's build, the first and

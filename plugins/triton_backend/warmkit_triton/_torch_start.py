@@ -2,8 +2,10 @@
 
 Why: after a warmup that leaves 0 JIT events, the real model's first
 ``generate()`` still took 1.7-1.9 s against a steady 0.14 s on an H100, most of
-it inside torch's first ``scaled_dot_product_attention`` and matmul calls: torch
-loading its own CUDA libraries and kernels on first use, not Triton's JIT. Those
+it (on that host) inside torch's first ``scaled_dot_product_attention`` and matmul
+calls: torch loading its own CUDA libraries and kernels on first use, not Triton's
+JIT. How much those calls cost depends on the host: 1.4 s on one H100 host, 0.04-0.07
+s each on another, where the thread gained nothing (docs/benchmarks.md). Those
 costs are per process, and a device warmup spends seconds importing the kernels'
 modules (torch, transformers, ...) on one thread while the device idles, so a
 background thread can pay them then, instead of the first request paying them
