@@ -1,7 +1,8 @@
 """Time to first response of gen.py, with and without warmkit, on a GPU host: one command, fresh processes.
 
 Rows (each the median of fresh processes: ``--runs``, default 5, for rows 2 and 4,
-which take turns so that a slow minute lands on both; ``--other-runs``, default
+which take turns so that a slow minute lands on both, in reverse order every other
+turn, each run's ``position`` in its turn kept in results.json; ``--other-runs``, default
 ``--runs``, for rows 1, 3 and 5):
 
 1. cold: an empty ``TRITON_CACHE_DIR`` per process, no warmkit;
@@ -165,11 +166,17 @@ def measure(
         if i and seconds is not None and turn - started + slowest > seconds:
             print(f"bench: {i} turn(s) of {runs}: another would end past --seconds {seconds:g}")
             break
-        warm_rows.append(b.gen([], warm, f"warm-{i}"))
-        run_rows.append(b.gen(replay, warm, f"run-{i}"))
-        start_rows.append(b.gen(replay, warm, f"torch-start-{i}", {TORCH_START: "1"}))
+        turn_runs = [
+            (warm_rows, [], f"warm-{i}", None),
+            (run_rows, replay, f"run-{i}", None),
+            (start_rows, replay, f"torch-start-{i}", {TORCH_START: "1"}),
+        ]
         if b.compare is not None:  # the other installation, on the same warm cache
-            compare_rows.append(b.gen(replay, warm, f"compare-{i}", {"PYTHONPATH": str(b.compare)}))
+            turn_runs.append((compare_rows, replay, f"compare-{i}", {"PYTHONPATH": str(b.compare)}))
+        # Every other turn in reverse: what a process leaves the next one (the page cache, the
+        # driver's state, a busy minute starting) lands on each row as often first as last.
+        for position, (row, prefix, label, env) in enumerate(turn_runs[:: -1 if i % 2 else 1]):
+            row.append(b.gen(prefix, warm, label, env) | {"position": position})
         slowest = max(slowest, time.monotonic() - turn)
     rows.append(("warm Triton cache, no warmkit", warm_rows))
     rows.append(("`warmkit record` (empty cache)", recorded))

@@ -196,6 +196,22 @@ def test_bench_seconds_starts_no_turn_that_would_end_past_it(tmp_path: Path) -> 
     assert [r["label"] for r in rows["`warmkit run -m run.json`, warm cache"]] == ["run-0"]
 
 
+def test_bench_takes_every_other_turn_in_reverse(tmp_path: Path) -> None:
+    # A fixed order in each turn would hand one row whatever the process before it leaves
+    # (the page cache, a busy minute starting): every other turn runs the rows backwards.
+    _, _, rows = _smoke_bench(tmp_path, "--runs", "2")
+    got = {
+        r["label"]: r["position"]
+        for name in ("warm Triton cache, no warmkit", "`warmkit run -m run.json`, warm cache")
+        for r in rows[name]
+    }
+    got |= {r["label"]: r["position"] for r in rows[next(n for n in rows if "TORCH_START" in n)]}
+    assert got == {
+        "warm-0": 0, "run-0": 1, "torch-start-0": 2,
+        "torch-start-1": 0, "run-1": 1, "warm-1": 2,
+    }  # fmt: skip
+
+
 def test_hook_profile_splits_the_hooks_imports_from_its_own_work() -> None:
     # py-spy raw lines (process;thread;outermost..innermost frames count): site's import of
     # sitecustomize is above the hook, so only imports below warmkit's module count as imports.
