@@ -18,7 +18,8 @@ Per library, in one run and on one machine, fresh processes each:
    warm cache of rows 5 and 6);
 4. ``warmkit bundle build`` of the recording (once, on this host);
 
-then ``--runs`` rounds, the rows taking turns so that a slow minute lands on each:
+then ``--runs`` rounds, the rows taking turns so that a slow minute lands on each (every
+other round in reverse order; each run's ``position`` in its round is in the JSON):
 
 * **baseline**: Triton alone on its warm cache (``TRITON_CACHE_AUTOTUNING=1``);
 * **warm restart**: ``warmkit run -m`` on its warm cache, default config;
@@ -308,16 +309,8 @@ def measure(s: Session, lib: str, runs: int) -> dict:
     rows: dict[str, list[dict]] = {k: [] for k in ROWS}
     if s.compare is not None:
         rows[COMPARE] = []
-    for i in range(runs):
-        rows[ROWS[0]].append(s.run(lib, [], base_cache, f"{lib}-base-{i}"))
-        rows[ROWS[1]].append(s.run(lib, replay, wk_cache, f"{lib}-warm-{i}"))
-        if s.compare is not None:  # the other installation, on the same warm cache
-            rows[COMPARE].append(
-                s.run(lib, replay, wk_cache, f"{lib}-compare-{i}", {"PYTHONPATH": str(s.compare)})
-            )
-        rows[ROWS[2]].append(
-            s.run(lib, replay, wk_cache, f"{lib}-jobs1-{i}", {"WARMKIT_JOBS": "1"})
-        )
+
+    def bundled(i: int) -> dict:
         cache = s.cache()
         t0 = time.perf_counter()
         s.call([*s.warmkit, "bundle", "install", f"{lib}.wkb"], cache, f"{lib}-install-{i}")
@@ -325,7 +318,24 @@ def measure(s: Session, lib: str, runs: int) -> dict:
         got = s.run(lib, replay, cache, f"{lib}-bundle-{i}")
         got["install_s"] = install
         got["first_s"] += install
-        rows[ROWS[3]].append(got)
+        return got
+
+    turn = [  # row, prefix, cache, label, environment
+        (ROWS[0], [], base_cache, "base", None),
+        (ROWS[1], replay, wk_cache, "warm", None),
+        (ROWS[2], replay, wk_cache, "jobs1", {"WARMKIT_JOBS": "1"}),
+        (ROWS[3], replay, None, "bundle", None),  # its own empty cache per run: bundled()
+    ]
+    if s.compare is not None:  # the other installation, on the same warm cache
+        turn.insert(2, (COMPARE, replay, wk_cache, "compare", {"PYTHONPATH": str(s.compare)}))
+    for i in range(runs):
+        # Every other round in reverse: what a process leaves the next one (the page cache, the
+        # driver's state, a busy minute starting) lands on each row as often first as last.
+        for position, (row, prefix, cache, tag, env) in enumerate(turn[:: -1 if i % 2 else 1]):
+            got = (
+                bundled(i) if cache is None else s.run(lib, prefix, cache, f"{lib}-{tag}-{i}", env)
+            )
+            rows[row].append(got | {"position": position})
         # after each round: a call cut short still brings back the rounds that finished
         partial = {"once": once, "rows": rows, "bundle_build_s": build_s}
         (s.out / f"{lib}-partial.json").write_text(json.dumps(partial, indent=1))

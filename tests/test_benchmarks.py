@@ -169,3 +169,46 @@ def test_real_libraries_refuses_bad_arguments_and_a_host_without_cuda(args, rc, 
     )  # fmt: skip
     assert proc.returncode == rc and said in proc.stderr, proc.stderr
     assert not (tmp_path / "o").exists()  # refused before any process ran
+
+
+def test_real_libraries_runs_every_other_round_in_reverse(tmp_path: Path) -> None:
+    # real_libraries.measure's order on a GPU host, with its processes stood in for (the
+    # workload needs CUDA): a fixed order would hand one row whatever the process before it
+    # leaves, so odd rounds run the rows backwards, and each run says where it stood.
+    sys.path.insert(0, str(BENCH))
+    try:
+        import real_libraries as rl
+    finally:
+        sys.path.remove(str(BENCH))
+
+    class Standin(rl.Session):
+        def __init__(self, out: Path) -> None:
+            super().__init__(out)
+            self.compare, self.seen = tmp_path / "site", []
+
+        def run(self, lib, prefix, cache, label, env=None):
+            self.seen.append(label)
+            return {"label": label, "first_s": 1.0, "env": env}
+
+        def call(self, cmd, cache, label, env=None):
+            self.seen.append(label)
+            return "", ""
+
+    s = Standin(tmp_path)
+    res = rl.measure(s, "liger", 2)
+    timed = [label for label in s.seen if label[-2:] in ("-0", "-1")]
+    assert timed == [
+        "liger-base-0", "liger-warm-0", "liger-compare-0", "liger-jobs1-0",
+        "liger-install-0", "liger-bundle-0",
+        "liger-install-1", "liger-bundle-1", "liger-jobs1-1", "liger-compare-1",
+        "liger-warm-1", "liger-base-1",
+    ]  # fmt: skip
+    where = {r["label"]: r["position"] for rs in res["rows"].values() for r in rs}
+    assert where == {
+        "liger-base-0": 0, "liger-warm-0": 1, "liger-compare-0": 2, "liger-jobs1-0": 3,
+        "liger-bundle-0": 4, "liger-bundle-1": 0, "liger-jobs1-1": 1, "liger-compare-1": 2,
+        "liger-warm-1": 3, "liger-base-1": 4,
+    }  # fmt: skip
+    jobs1 = res["rows"]["warmkit run, warm restart, WARMKIT_JOBS=1"]
+    assert [r["env"] for r in jobs1] == [{"WARMKIT_JOBS": "1"}] * 2
+    assert all(r["first_s"] > 1.0 for r in res["rows"][rl.ROWS[3]])  # the install counted in
