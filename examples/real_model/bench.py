@@ -21,6 +21,12 @@ With ``--compare SITE`` (another build of warmkit installed with its dependencie
 ``warmkit run`` with ``SITE`` as ``PYTHONPATH``, on the same warm cache (an A/B of a
 change in one run).
 
+Below the table, each row that took turns with row 2 is read turn by turn: the
+median of its differences to row 2's run of the same turn, in how many turns it
+was sooner, and the one-sided sign test's p of that many (the host's spread
+from one process to the next is wider than what a warm restart saves, so the
+rows' medians alone cannot tell).
+
 Checks (exit 1 when one fails, each failure named): every run's TOKENS equal
 the recorded run's; rows 4 and 5 see 0 JIT events and 0 compiles after start.
 Writes into ``--out``: run.json, model.wkb, one log per process, results.json
@@ -35,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import shlex
@@ -126,8 +133,11 @@ class Bench:
 
 
 TORCH_START = "WARMKIT_TRITON_TORCH_START"  # the opt-in: torch's own CUDA starts in the warmup
-START_ROW = f"`warmkit run -m run.json`, warm cache, `{TORCH_START}=1`"
-COMPARE_ROW = "`warmkit run -m run.json`, warm cache, the --compare installation"
+WARM_ROW = "warm Triton cache, no warmkit"
+RUN_ROW = "`warmkit run -m run.json`, warm cache"
+START_ROW = f"{RUN_ROW}, `{TORCH_START}=1`"
+COMPARE_ROW = f"{RUN_ROW}, the --compare installation"
+TURN_ROWS = (RUN_ROW, START_ROW, COMPARE_ROW)  # the rows that take turns with WARM_ROW
 
 
 def measure(
@@ -178,9 +188,9 @@ def measure(
         for position, (row, prefix, label, env) in enumerate(turn_runs[:: -1 if i % 2 else 1]):
             row.append(b.gen(prefix, warm, label, env) | {"position": position})
         slowest = max(slowest, time.monotonic() - turn)
-    rows.append(("warm Triton cache, no warmkit", warm_rows))
+    rows.append((WARM_ROW, warm_rows))
     rows.append(("`warmkit record` (empty cache)", recorded))
-    rows.append(("`warmkit run -m run.json`, warm cache", run_rows))
+    rows.append((RUN_ROW, run_rows))
     rows.append((START_ROW, start_rows))
     rows.append((COMPARE_ROW, compare_rows))
     build_s, bundled, install_s = None, [], []
@@ -204,7 +214,7 @@ def measure(
 def _reference(rows: list[tuple[str, list[dict]]]) -> list[int]:
     """The recorded run's tokens; with a given recording, the first warm run's."""
     named = dict(rows)
-    first = named.get("`warmkit record` (empty cache)") or named["warm Triton cache, no warmkit"]
+    first = named.get("`warmkit record` (empty cache)") or named[WARM_ROW]
     return first[0]["tokens"]
 
 
@@ -258,14 +268,13 @@ def table(rows: list[tuple[str, list[dict]]], extra: dict) -> str:
             f"| {all(r['tokens'] == reference for r in runs)} |"
         )
     named = dict(rows)
-    extra_s = _median(named["`warmkit run -m run.json`, warm cache"], _before_model) - _median(
-        named["warm Triton cache, no warmkit"], _before_model
-    )
+    extra_s = _median(named[RUN_ROW], _before_model) - _median(named[WARM_ROW], _before_model)
     lines.append(
         "\nbefore the model: launch to the end of gen.py's imports (MAIN_AT_S + IMPORTS_S); "
         f"`warmkit run`'s own cost beyond the imports the command makes anyway: {extra_s:.2f} s "
         "(its row's median minus the warm row's)"
     )
+    lines += paired(rows)
     install = extra["bundle_install_s"]
     if install:
         lines.append(
@@ -274,6 +283,44 @@ def table(rows: list[tuple[str, list[dict]]], extra: dict) -> str:
             "response)"
         )
     return "\n".join(lines)
+
+
+def paired(rows: list[tuple[str, list[dict]]]) -> list[str]:
+    """Each row that took turns with the warm row, read turn by turn against it.
+
+    Run i of such a row and run i of the warm row ran in the same turn, one after the other.
+    The sign test's p is the chance of being sooner in that many turns or more if each turn
+    were a coin toss: what says whether "sooner" is shown.
+    """
+    named = dict(rows)
+    warm = named.get(WARM_ROW, [])
+    lines = [
+        "",
+        (
+            "| row, minus the warm run of the same turn | turns | first response: median of the "
+            "differences (s) | sooner in | sign test, one-sided p | before the model (s) "
+            "| after it (s) |"
+        ),
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name in TURN_ROWS:
+        pairs = list(zip(named.get(name, []), warm))
+        if not pairs:
+            continue
+        n = len(pairs)
+        diff = [r["first_response_s"] - w["first_response_s"] for r, w in pairs]
+        sooner = sum(d < 0 for d in diff)
+        p = sum(math.comb(n, k) for k in range(sooner, n + 1)) / 2**n
+        timed = [(r, w) for r, w in pairs if None not in (_before_model(r), _before_model(w))]
+        before = [_before_model(r) - _before_model(w) for r, w in timed]
+        after = [
+            r["first_response_s"] - w["first_response_s"] - b for (r, w), b in zip(timed, before)
+        ]
+        cells = [f"{statistics.median(x):+.2f}" if x else "-" for x in (diff, before, after)]
+        lines.append(
+            f"| {name} | {n} | {cells[0]} | {sooner} of {n} | {p:.3f} | {cells[1]} | {cells[2]} |"
+        )
+    return lines if len(lines) > 3 else []
 
 
 def main() -> None:

@@ -1,11 +1,16 @@
 """What the first ``generate()`` of gen.py pays that the second does not, and what a prelude removes.
 
 After warmkit's warmup (0 JIT events) the first ``generate()`` still takes
-1.7-1.9 s against a steady 0.14 s on an H100; on one host a py-spy profile put
-~1.1 s of it inside the first ``scaled_dot_product_attention`` call, on another
-this script found each op's first call at 0.04-0.07 s and the first
-``generate()`` no shorter after them (docs/benchmarks.md). This script, without
-warmkit, on a warm Triton cache, tells what that is: fresh processes in turns,
+1.7-2.2 s against a steady 0.14 s on an H100. Most of it is torch's cuDNN
+attention (session 24, docs/benchmarks.md): a native py-spy profile of
+``plain`` found 60 % of the first call's samples in cuDNN, 54 % in
+``nvrtcCompileProgram`` under its execution plans' build (a JIT outside
+Triton, which no warmkit monitor sees), and none in the second call's; with cuDNN's SDPA
+turned off (``no_cudnn_sdpa``) the first call took 0.80 s against 1.93, with
+the same tokens. By torch's source, its cuDNN attention keys those plans by
+shape (the key length among it, which grows with each decoded token) and keeps
+them per thread. This script, without warmkit, on a warm Triton cache, tells
+what the first call pays: fresh processes in turns,
 
 * ``plain``: gen.py's steps, timed: imports, the model's build, the first and
   the second ``generate()``, from the launch;
@@ -18,13 +23,19 @@ warmkit, on a warm Triton cache, tells what that is: fresh processes in turns,
   shapes (a bf16 matmul, SDPA of the prefill and of one decode step), then
   the first ``generate()``: which op pays what;
 * ``ops_tiny``: the same after the prelude's tiny calls (in the main thread):
-  how much of each op's first call the tiny calls remove.
+  how much of each op's first call the tiny calls remove;
+* ``no_cudnn_sdpa`` (only with ``--modes``): ``plain`` with torch's cuDNN SDPA
+  backend turned off (``torch.backends.cuda.enable_cudnn_sdp(False)``), so SDPA
+  takes another backend's precompiled kernel. Another kernel may pick other
+  tokens: this mode's tokens are compared with the other modes' and reported,
+  not required equal.
 
 Usage (a GPU host; gen.py's README for the wheels)::
 
     python3 examples/real_model/first_request.py --runs 5 --out out/first_request \
         [--profile PATH_TO_PY_SPY]     # also one native py-spy profile of ``plain``
         [--seconds S]                  # no turn that would end past S s (a device call's limit)
+    python3 examples/real_model/first_request.py --read out/first_request/profile-native.txt
 
 Prints a markdown table of medians; writes results.json and each process's log.
 """
@@ -44,6 +55,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 MODES = ("plain", "prelude", "ops", "ops_tiny")
+OTHER_KERNELS = ("no_cudnn_sdpa",)  # modes whose tokens may differ: not run unless named
 DEVICE = os.environ.get("FIRST_REQUEST_DEVICE", "cuda")  # "cpu": a dry run of the script itself
 
 
@@ -84,6 +96,8 @@ def child(mode: str) -> None:
     import torch
 
     out["torch_import_s"] = time.perf_counter() - t0
+    if mode == "no_cudnn_sdpa":
+        torch.backends.cuda.enable_cudnn_sdp(False)
     thread = None
     if mode == "prelude":
         done: dict = {}
@@ -137,6 +151,85 @@ def child(mode: str) -> None:
     print("RESULT " + json.dumps(out))
 
 
+#: what a sample of a ``generate()`` call waits on, first match wins: (name, test of its frames)
+PARTS = (
+    (
+        "cuDNN: NVRTC under its plans' build",
+        lambda f: "cudnn" in f.lower() and "nvrtc" in f.lower(),
+    ),
+    ("cuDNN: the rest", lambda f: "cudnn" in f.lower()),
+    (
+        "Triton: first call (cache key, load, launcher)",
+        lambda f: (
+            "triton/" in f
+            and any(n in f for n in ("_do_compile", "triton_key", "_init_handles", "make_launcher"))
+        ),
+    ),
+    ("cuBLAS(Lt)", lambda f: "libcublas" in f),
+)
+
+
+def split_profile(lines) -> dict[str, dict[str, int]]:
+    """The main thread's samples of the first and of the second ``generate()``, by part.
+
+    ``lines``: py-spy's raw format (``thread;outermost..innermost frames count``) of one
+    ``--profile`` run (``plain``). The first call is ``child``'s own call of gen.py's
+    ``generate``, the second the one through ``_timed``. A sample is in the first of
+    :data:`PARTS` whose test its whole stack passes, else its innermost frame's: libcuda,
+    Python, or other native code.
+    """
+    out: dict[str, dict[str, int]] = {"first": {}, "second": {}}
+    for line in lines:
+        stack, _, count = line.rstrip().rpartition(" ")
+        frames = stack.split(";")
+        if not count.isdigit() or "MainThread" not in frames[0]:
+            continue
+        at = next(
+            (i for i, f in enumerate(frames) if f.startswith("child (first_request.py")), None
+        )
+        if at is None or at + 1 >= len(frames):
+            continue
+        if frames[at + 1].startswith("generate (gen.py"):
+            call = "first"
+        elif frames[at + 1].startswith("_timed (") and any(
+            f.startswith("generate (gen.py") for f in frames[at + 1 :]
+        ):
+            call = "second"
+        else:
+            continue
+        whole = ";".join(frames[at:])
+        part = next((name for name, test in PARTS if test(whole)), None)
+        if part is None:
+            leaf = frames[-1]
+            part = (
+                "libcuda (innermost)"
+                if "libcuda" in leaf
+                else "Python (innermost)"
+                if ".py:" in leaf
+                else "other native (innermost)"
+            )
+        out[call][part] = out[call].get(part, 0) + int(count)
+    return out
+
+
+def read_profile(path: Path) -> str:
+    """:func:`split_profile` of a profile file, as a markdown table."""
+    with open(path) as f:
+        parts = split_profile(f)
+    first, second = parts["first"], parts["second"]
+    excess = sum(first.values()) - sum(second.values())
+    rows = [
+        "| part | first generate() (samples) | second (samples) | first minus second | share of the difference |",
+        "|---|---|---|---|---|",
+    ]
+    for name in sorted(first.keys() | second.keys(), key=lambda n: -first.get(n, 0)):
+        d = first.get(name, 0) - second.get(name, 0)
+        share = f"{100 * d / excess:.0f} %" if excess > 0 else "-"
+        rows.append(f"| {name} | {first.get(name, 0)} | {second.get(name, 0)} | {d} | {share} |")
+    rows.append(f"| all | {sum(first.values())} | {sum(second.values())} | {excess} | |")
+    return "\n".join(rows)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=5)
@@ -148,8 +241,15 @@ def main() -> None:
         help="start no turn after the first that would end more than S seconds after the start, "
         "by the slowest turn so far (a device call's limit; each mode's N says how many ran)",
     )  # fmt: skip
-    ap.add_argument("--child", choices=MODES, help=argparse.SUPPRESS)
+    ap.add_argument(
+        "--read", type=Path, metavar="PROFILE",
+        help="measure nothing: split a --profile run's profile-native.txt by part (a table)",
+    )  # fmt: skip
+    ap.add_argument("--child", choices=MODES + OTHER_KERNELS, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.read:
+        print(read_profile(args.read))
+        return
     if args.child:
         child(args.child)
         return
@@ -204,8 +304,11 @@ def main() -> None:
             vals = [r[k] for r in rs if isinstance(r.get(k), float)]
             cells.append(f"{statistics.median(vals):.3f}" if vals else "")
         print(f"| {m} | {len(rs)} | " + " | ".join(cells) + " |")
-    tokens = {json.dumps(r["tokens"]) for rs in results.values() for r in rs}
+    tokens = {json.dumps(r["tokens"]) for m, rs in results.items() for r in rs if m in MODES}
     print("tokens equal in every run:", len(tokens) == 1)
+    for m in results.keys() & OTHER_KERNELS:
+        theirs = {json.dumps(r["tokens"]) for r in results[m]}
+        print(f"{m}: tokens equal to the other modes': {theirs == tokens}")
     if missing or len(tokens) != 1:  # a run without a result, or other tokens: not a result
         print(f"first_request: {missing} run(s) gave no RESULT; {len(tokens)} distinct TOKENS")
         raise SystemExit(1)

@@ -199,7 +199,12 @@ def test_bench_seconds_starts_no_turn_that_would_end_past_it(tmp_path: Path) -> 
 def test_bench_takes_every_other_turn_in_reverse(tmp_path: Path) -> None:
     # A fixed order in each turn would hand one row whatever the process before it leaves
     # (the page cache, a busy minute starting): every other turn runs the rows backwards.
-    _, _, rows = _smoke_bench(tmp_path, "--runs", "2")
+    _, stdout, rows = _smoke_bench(tmp_path, "--runs", "2")
+    # the stand-in's times are equal: no turn is sooner, and the table reads the turns as pairs
+    assert (
+        "| `warmkit run -m run.json`, warm cache | 2 | +0.00 | 0 of 2 | 1.000 | +0.00 | +0.00 |"
+        in stdout
+    )
     got = {
         r["label"]: r["position"]
         for name in ("warm Triton cache, no warmkit", "`warmkit run -m run.json`, warm cache")
@@ -212,17 +217,40 @@ def test_bench_takes_every_other_turn_in_reverse(tmp_path: Path) -> None:
     }  # fmt: skip
 
 
-def test_hook_profile_splits_the_hooks_imports_from_its_own_work() -> None:
-    # py-spy raw lines (process;thread;outermost..innermost frames count): site's import of
-    # sitecustomize is above the hook, so only imports below warmkit's module count as imports.
+def _load_example(name: str):
     import importlib.util
 
     spec = importlib.util.spec_from_file_location(
-        "hook_profile", ROOT / "examples" / "real_model" / "hook_profile.py"
+        name, ROOT / "examples" / "real_model" / f"{name}.py"
     )
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
+    return mod
+
+
+def test_bench_reads_each_turn_against_the_warm_run_of_the_same_turn() -> None:
+    # The host's spread from one process to the next hides a warm restart's gain in the rows'
+    # medians; the table's last lines pair run i of a turn row with run i of the warm row.
+    bench = _load_example("bench")
+
+    def run(first: float, before: float) -> dict:
+        return {"first_response_s": first, "main_at_s": 0.5, "imports_s": before - 0.5}
+
+    warm = [run(10.0, 6.0), run(12.0, 7.0), run(11.0, 6.0)]
+    ours = [run(9.0, 6.5), run(12.5, 8.0), run(10.5, 6.5)]  # sooner in turns 1 and 3
+    lines = bench.paired([(bench.WARM_ROW, warm), (bench.RUN_ROW, ours), ("cold", ours[:1])])
+    assert lines[-1] == f"| {bench.RUN_ROW} | 3 | -0.50 | 2 of 3 | 0.500 | +0.50 | -1.00 |"
+    assert (
+        len(lines) == 4
+    )  # a blank line, the header, its rule: rows that took no turns are left out
+    assert bench.paired([(bench.WARM_ROW, warm)]) == []
+
+
+def test_hook_profile_splits_the_hooks_imports_from_its_own_work() -> None:
+    # py-spy raw lines (process;thread;outermost..innermost frames count): site's import of
+    # sitecustomize is above the hook, so only imports below warmkit's module count as imports.
+    mod = _load_example("hook_profile")
     site = "p;thread (1): MainThread;main (<frozen site>:636);execsitecustomize (<frozen site>:575)"
     site += ";_find_and_load (<frozen importlib._bootstrap>:1360);<module> (sitecustomize.py:5)"
     lines = [
@@ -247,6 +275,35 @@ def test_hook_profile_splits_the_hooks_imports_from_its_own_work() -> None:
         "warmkit-compile: importing": 6,
         "main: the hook, waiting on warmkit's threads": 8,
         "main: the hook, importing warmkit's own modules": 9,
+    }
+
+
+def test_first_request_splits_the_first_generate_from_the_second_by_part() -> None:
+    # py-spy raw lines of a --profile run: child calls gen.generate directly the first time and
+    # through _timed the second; other threads and the rest of child are not either call.
+    fr = _load_example("first_request")
+    main = "thread (7): MainThread;<module> (first_request.py:9);main (first_request.py:1)"
+    first = f"{main};child (first_request.py:129);generate (gen.py:86);forward (m.py:3)"
+    second = f"{main};child (first_request.py:132);_timed (first_request.py:84)"
+    second += ";<lambda> (first_request.py:132);generate (gen.py:86);forward (m.py:3)"
+    lines = [
+        f"{first};run_cudnn_SDP_fprop (libtorch_cuda.so);x (libcudnn_graph.so.9);nvrtcCompileProgram (libnvrtc.so.13) 40",
+        f"{first};run_cudnn_SDP_fprop (libtorch_cuda.so);cudnnBackendFinalize (libcudnn_graph.so.9) 5",
+        f"{first};JITFunction.run (triton/runtime/jit.py:720);triton_key (triton/runtime/cache.py:297) 9",
+        f"{first};cuLaunchKernel (libcuda.so.580) 3",
+        f"{second};cuLaunchKernel (libcuda.so.580) 2",
+        f"{second} 6",
+        f"{main};child (first_request.py:105);build_model (gen.py:57) 50",
+        "thread (8): prelude;child (first_request.py:129);generate (gen.py:86) 70",
+    ]
+    assert fr.split_profile(lines) == {
+        "first": {
+            "cuDNN: NVRTC under its plans' build": 40,
+            "cuDNN: the rest": 5,
+            "Triton: first call (cache key, load, launcher)": 9,
+            "libcuda (innermost)": 3,
+        },
+        "second": {"libcuda (innermost)": 2, "Python (innermost)": 6},
     }
 
 

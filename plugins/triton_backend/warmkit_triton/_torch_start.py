@@ -11,6 +11,12 @@ modules (torch, transformers, ...) on one thread while the device idles, so a
 background thread can pay them then, instead of the first request paying them
 after.
 
+What it cannot take: most of the first ``generate()`` on session 24's host
+(60 % of a native profile's samples) was torch's cuDNN attention building an
+execution plan, NVRTC compile included, for each new shape; torch keys those
+plans by shape and keeps them per thread, so calls on tiny tensors in another
+thread leave them all to the first request (docs/performance.md).
+
 What the thread does (:func:`warm`), on the device the warmup loads into, once
 per float dtype (bf16, fp16, fp32): a matmul and a ``linear`` with a bias
 (cuBLAS and cuBLASLt: the handle, its workspace, the first kernels) and
