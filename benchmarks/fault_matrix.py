@@ -22,11 +22,13 @@ smoke test (``tests/test_benchmarks.py``) runs it so that the script cannot rot.
 from __future__ import annotations
 
 import argparse
+import atexit
 import gzip
 import hashlib
 import io
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -330,6 +332,8 @@ def main() -> int:
     args = ap.parse_args()
     results: list[dict] = []
     tmp = Path(tempfile.mkdtemp(prefix="warmkit-faults-"))
+    # removed at exit, however the run ends
+    atexit.register(shutil.rmtree, tmp, ignore_errors=True)
 
     def case(name: str, fn: Callable[[], tuple[str, str]]) -> None:
         if (args.only and args.only not in name) or (args.tiny and name not in TINY):

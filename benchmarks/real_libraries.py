@@ -53,6 +53,7 @@ a log per process, ``results.json`` and ``table.md``.
 from __future__ import annotations
 
 import argparse
+import atexit
 import hashlib
 import json
 import os
@@ -225,6 +226,8 @@ class Session:
     def __init__(self, out: Path) -> None:
         self.out = out
         self.scratch = Path(tempfile.mkdtemp(prefix="real-libraries-"))
+        # removed at exit, however the run ends
+        atexit.register(shutil.rmtree, self.scratch, ignore_errors=True)
         self.warmkit = [sys.executable, "-m", "warmkit"]
         self.timeout = TIMEOUT_S
         self.recordings: Path | None = None
@@ -487,7 +490,6 @@ def main() -> None:
         print(table({lib: results[lib]}), flush=True)
     if a.runs:
         print(text)
-    shutil.rmtree(s.scratch, ignore_errors=True)
     for f in s.failures:
         print(f"FAIL {f}")
     raise SystemExit(1 if s.failures else 0)

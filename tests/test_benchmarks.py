@@ -54,6 +54,9 @@ def test_tiny_run_writes_json(script, tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("WARMKIT_")}
     env["TRITON_CACHE_DIR"] = str(tmp_path / "triton-cache")
     env["XDG_CACHE_HOME"] = str(tmp_path / "xdg")
+    scratch = tmp_path / "tmp"  # the script's temporary files: none may outlive it
+    scratch.mkdir()
+    env["TMPDIR"] = str(scratch)
     proc = subprocess.run(
         [sys.executable, str(BENCH / script), "--tiny", "--out", str(out)],
         cwd=tmp_path,
@@ -66,6 +69,13 @@ def test_tiny_run_writes_json(script, tmp_path):
     assert proc.returncode == 0, f"{script}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     doc = json.loads(out.read_text())
     assert isinstance(doc, dict) and doc
+    left = sorted(str(p.relative_to(scratch)) for p in scratch.rglob("*"))
+    # CuTe DSL makes its own file cache's default folder, $TMPDIR/$USER/cutlass_python_cache, when
+    # it is imported: the library's lasting cache, not the script's temporary files
+    cute = [d for d in left if d.split(os.sep)[-1] == "cutlass_python_cache"]
+    for d in cute:
+        assert not any((scratch / d).iterdir()), f"{script} wrote into CuTe DSL's default cache"
+    assert [d for d in left if not any(c.startswith(d) for c in cute)] == [], f"{script} left these"
     if "benchmark" in doc:  # written by _common.emit
         assert doc["machine"]["python"] and "results" in doc
     if script == "fault_matrix.py":  # each tiny case ran and was refused naming the bad setting

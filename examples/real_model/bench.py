@@ -40,6 +40,7 @@ Usage (examples/real_model/README.md; run_gpu.sh installs the wheels first)::
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import math
 import os
@@ -67,6 +68,8 @@ class Bench:
         self.warmkit = warmkit
         self.workload = gen
         self.scratch = Path(tempfile.mkdtemp(prefix="real-model-"))
+        # removed at exit, however the run ends
+        atexit.register(shutil.rmtree, self.scratch, ignore_errors=True)
         self.failures: list[str] = []
         self.py_spy: str | None = None
         self.compare: Path | None = None
@@ -378,7 +381,6 @@ def main() -> None:
     (a.out / "results.json").write_text(
         json.dumps({"rows": rows, **extra, "failures": b.failures}, indent=1)
     )
-    shutil.rmtree(b.scratch, ignore_errors=True)
     for f in b.failures:
         print(f"FAIL {f}")
     raise SystemExit(1 if b.failures else 0)

@@ -43,8 +43,10 @@ Prints a markdown table of medians; writes results.json and each process's log.
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -255,6 +257,8 @@ def main() -> None:
         return
     args.out.mkdir(parents=True, exist_ok=True)
     cache = tempfile.mkdtemp(prefix="first-request-")
+    # removed at exit, however the run ends
+    atexit.register(shutil.rmtree, cache, ignore_errors=True)
     env = dict(os.environ, TRITON_CACHE_DIR=cache, HF_HUB_OFFLINE="1")
     me = [sys.executable, str(Path(__file__).resolve())]
 

@@ -8,6 +8,7 @@ recorded), unset the CPU build host. Each build is a fresh process.
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import shutil
@@ -179,6 +180,7 @@ def _record_on_the_gpu_host(tmp_path: Path) -> Path:
     """
     if not _recorded:
         where = Path(tempfile.mkdtemp(prefix="pins-recording-"))
+        atexit.register(shutil.rmtree, where, ignore_errors=True)  # shared by the tests: at exit
         script = where / "work.py"
         script.write_text(RECORD_CHILD)
         cmd = [sys.executable, "-m", "warmkit", "record", "-o", str(where / "rec.json"), "--"]

@@ -162,10 +162,13 @@ def _smoke_bench(tmp_path: Path, *args: str) -> tuple[Path, str, dict]:
     gen.write_text(FAKE_GEN)
     out = tmp_path / "out"
     env = {k: v for k, v in os.environ.items() if not k.startswith("WARMKIT_")}
+    env["TMPDIR"] = str(tmp_path / "tmp")  # its caches: removed when it ends
+    (tmp_path / "tmp").mkdir()
     cmd = [sys.executable, str(ROOT / "examples" / "real_model" / "bench.py"), *args]
     cmd += ["--other-runs", "0", "--out", str(out), "--gen", f"{sys.executable} {gen}"]
     proc = subprocess.run(cmd, check=False, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert list((tmp_path / "tmp").iterdir()) == []
     return out, proc.stdout, dict(json.loads((out / "results.json").read_text())["rows"])
 
 
@@ -314,8 +317,12 @@ def test_first_request_says_a_failed_priming_run_and_exits_nonzero(tmp_path: Pat
     cmd += ["--runs", "2", "--seconds", "1", "--out", str(tmp_path / "out")]
     env = {k: v for k, v in os.environ.items() if k not in ("FIRST_REQUEST_DEVICE",)}
     env["CUDA_VISIBLE_DEVICES"] = ""
+    env["TMPDIR"] = str(tmp_path / "tmp")  # its Triton cache: removed however it ends
+    (tmp_path / "tmp").mkdir()
     proc = subprocess.run(cmd, check=False, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 1, proc.stdout + proc.stderr
+    # its own Triton cache is gone (torch's children may leave their lasting caches there)
+    assert [p.name for p in (tmp_path / "tmp").glob("first-request-*")] == []
     assert "first_request: the priming run failed; nothing measured" in proc.stderr
     assert "prime: exit" in proc.stdout and (tmp_path / "out" / "prime.log").is_file()
     assert "| mode |" not in proc.stdout
