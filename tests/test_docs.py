@@ -40,7 +40,10 @@ def run_page(
     script.write_text(program(page))
     env = {k: v for k, v in os.environ.items() if not k.startswith("WARMKIT_")}
     env["TRITON_CACHE_DIR"] = str(tmp_path / "triton-cache")
-    return subprocess.run(
+    scratch = tmp_path / "tmp"  # a page's temporary files: a reader who copies it keeps none
+    scratch.mkdir(exist_ok=True)
+    env["TMPDIR"] = str(scratch)
+    proc = subprocess.run(
         # Imported, not run as __main__: manifests refuse kernels defined in a script.
         [sys.executable, "-c", code or f"import {script.stem}"],
         cwd=tmp_path,
@@ -50,6 +53,9 @@ def run_page(
         timeout=600,
         check=False,
     )
+    # tempfile's own names (tmp*) only: torch and CuTe DSL keep their lasting caches there too
+    assert sorted(p.name for p in scratch.glob("tmp*")) == [], f"{page.name} left temporary files"
+    return proc
 
 
 @pytest.mark.parametrize("page", [p for p in DOCS if program(p)], ids=lambda p: p.name)
