@@ -53,8 +53,10 @@ def run_page(
         timeout=600,
         check=False,
     )
-    # tempfile's own names (tmp*) only: torch and CuTe DSL keep their lasting caches there too
-    assert sorted(p.name for p in scratch.glob("tmp*")) == [], f"{page.name} left temporary files"
+    if proc.returncode == 0:  # else the caller's assertion shows why it failed
+        # tempfile's own names (tmp*) only: torch and CuTe DSL keep their lasting caches there too
+        left = sorted(p.name for p in scratch.glob("tmp*"))
+        assert left == [], f"{page.name} left temporary files"
     return proc
 
 
