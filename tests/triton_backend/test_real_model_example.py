@@ -244,9 +244,8 @@ def test_bench_reads_each_turn_against_the_warm_run_of_the_same_turn() -> None:
     ours = [run(9.0, 6.5), run(12.5, 8.0), run(10.5, 6.5)]  # sooner in turns 1 and 3
     lines = bench.paired([(bench.WARM_ROW, warm), (bench.RUN_ROW, ours), ("cold", ours[:1])])
     assert lines[-1] == f"| {bench.RUN_ROW} | 3 | -0.50 | 2 of 3 | 0.500 | +0.50 | -1.00 |"
-    assert (
-        len(lines) == 4
-    )  # a blank line, the header, its rule: rows that took no turns are left out
+    # a blank line, the header, its rule and one row: a row that took no turns is left out
+    assert len(lines) == 4
     assert bench.paired([(bench.WARM_ROW, warm)]) == []
 
 
