@@ -72,6 +72,7 @@ class Bench:
         atexit.register(shutil.rmtree, self.scratch, ignore_errors=True)
         self.failures: list[str] = []
         self.py_spy: str | None = None
+        self.profile_runs = 1
         self.compare: Path | None = None
         self._n = 0
 
@@ -206,11 +207,15 @@ def measure(
         install_s.append(b.wk("bundle", "install", "model.wkb", cache=cache))
         bundled.append(b.gen(replay, cache, f"bundle-{i}"))
     rows.append(("bundle installed into an empty cache, `warmkit run`", bundled))
-    if b.py_spy:  # evidence, not rows: where `warmkit run`'s time goes beyond the plain warm run's
-        for label, prefix in (("profile-warm", []), ("profile-run", replay)):
+    # Evidence, not rows: where `warmkit run`'s time goes beyond the plain warm run's; pairs
+    # in turns, every other one reversed (profile-warm.txt, profile-warm-2.txt, ...).
+    for i in range(b.profile_runs if b.py_spy else 0):
+        pair = (("profile-warm", []), ("profile-run", replay))
+        for label, prefix in pair[:: -1 if i % 2 else 1]:
+            name = f"{label}-{i + 1}" if i else label
             spy = [b.py_spy, "record", "--subprocesses", "--idle", "--threads", "--nonblocking",
-                   "--rate", "250", "--format", "raw", "-o", str(b.out / f"{label}.txt"), "--"]  # fmt: skip
-            b.gen([*spy, *prefix], warm, label)
+                   "--rate", "250", "--format", "raw", "-o", str(b.out / f"{name}.txt"), "--"]  # fmt: skip
+            b.gen([*spy, *prefix], warm, name)
     return [r for r in rows if r[1]], {"bundle_build_s": build_s, "bundle_install_s": install_s}
 
 
@@ -359,6 +364,10 @@ def main() -> None:
         "(profile-run.txt, profile-warm.txt: collapsed stacks)",
     )  # fmt: skip
     p.add_argument(
+        "--profile-runs", type=int, default=1, metavar="N",
+        help="with --profile: N such pairs, taking turns (profile-run-2.txt, ...; default 1)",
+    )  # fmt: skip
+    p.add_argument(
         "--seconds", type=float, metavar="S",
         help="start no turn of the rows after the first that would end more than S seconds after "
         "the start, by the slowest turn so far (the rows' N says how many ran); the bundle rows "
@@ -368,7 +377,7 @@ def main() -> None:
     a.out = a.out.resolve()
     a.out.mkdir(parents=True, exist_ok=True)
     b = Bench(a.out, shlex.split(a.warmkit), shlex.split(a.gen))
-    b.py_spy = a.profile
+    b.py_spy, b.profile_runs = a.profile, a.profile_runs
     b.compare = a.compare.resolve() if a.compare else None
     other = a.runs if a.other_runs is None else a.other_runs
     rows, extra = measure(b, a.runs, other, a.manifest.resolve() if a.manifest else None, a.seconds)

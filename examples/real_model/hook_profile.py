@@ -19,8 +19,12 @@ with ``--threads --idle``) and splits its samples:
 Usage::
 
     python3 examples/real_model/hook_profile.py out/real_model/profile-run.txt [--rate 250]
+    python3 examples/real_model/hook_profile.py profile-run.txt --against profile-warm.txt
 
-Prints seconds (samples over the rate) per part; nothing is imported from warmkit.
+Prints seconds (samples over the rate) per part; nothing is imported from warmkit. With
+``--against``, the main thread's seconds of each profile by kind of work (:func:`phases`),
+wherever in the process it ran: a plain run's and a ``warmkit run``'s side by side say
+which work the hook adds rather than moves.
 """
 
 from __future__ import annotations
@@ -96,13 +100,102 @@ def split(lines: list[str], command: str = "gen.py") -> dict[str, collections.Co
     return parts
 
 
+# What a main-thread sample is doing, by a frame anywhere on its stack (the first kind listed
+# wins): the device work a `warmkit run` moves into its hook, whichever stage makes it.
+DEVICE_WORK = (
+    ("torch: CUDA start (torch.cuda._lazy_init)", "torch", "_lazy_init"),
+    ("Triton: kernel loads and launchers (_init_handles)", "triton", "_init_handles"),
+    ("Triton: driver set-up (its CUDA driver object)", "triton", "_create_driver"),
+)
+
+
+def _package(frame: str) -> str:
+    """``func (/.../site-packages/torch/nn/x.py:3)`` -> ``torch``; the standard library -> ``python``."""
+    path = frame.partition(" (")[2].rsplit(":", 1)[0]
+    parts = path.split("/")
+    for marker in ("site-packages", "dist-packages", "site"):
+        if marker in parts[:-1]:
+            return parts[len(parts) - 1 - parts[::-1].index(marker) + 1].removesuffix(".py")
+    if path.startswith("<frozen") or "/lib/python3" in path:
+        return "python"
+    return parts[-1]
+
+
+def phase(frames: list[str]) -> str:
+    """The kind of work of one main-thread sample (outermost..innermost frames): see :func:`phases`."""
+    if not frames:
+        return "no Python frame (interpreter start, exec)"
+    for kind, package, name in DEVICE_WORK:  # torch's CUDA start wins where Triton's load makes it
+        if any(f.partition(" (")[0].endswith(name) and _package(f) == package for f in frames):
+            return kind
+    hook = max((i for i, f in enumerate(frames) if "sitecustomize.py" in f), default=-1)
+    below = frames[hook + 1 :]  # site's own import of sitecustomize is not an import to count
+    if any(f.startswith(IMPORTING) for f in below):
+        module = next((f for f in reversed(below) if f.startswith("<module> (")), below[-1])
+        return f"import: {_package(module)}"
+    if hook >= 0:
+        return "the hook: warmkit's own work"
+    ours = [f for f in frames if _package(f) == "gen.py"]
+    if ours:
+        return f"the command: {ours[-1].partition(' (')[0]}"
+    if any(_package(f) == "warmkit" for f in frames):
+        return "warmkit run's CLI (before it execs the command)"
+    return f"other: {_package(frames[-1])}"
+
+
+def phases(lines: list[str]) -> collections.Counter:
+    """The main thread's samples of a whole process, by kind of work, for two profiles side by side.
+
+    A plain run and a ``warmkit run`` of the same command make the same
+    imports and the same device work (torch's CUDA start, Triton's driver and
+    kernel loads) at different stages: this counts each kind wherever it
+    happens, so the difference of two profiles says which kind the hook adds,
+    not only where the time moved. Device work is matched first (it often runs
+    inside an import or the command), then imports by the innermost module's
+    package, then the stage (the hook's own work, the command's functions).
+    """
+    kinds: collections.Counter = collections.Counter()
+    for line in lines:
+        stack, _, count = line.rstrip("\n").rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        _process, thread, *frames = stack.split(";")
+        if "MainThread" in thread:
+            kinds[phase(frames)] += int(count)
+    return kinds
+
+
+def _phases_table(profiles: list[Path], rate: float) -> str:
+    counts = [phases(p.read_text().splitlines()) for p in profiles]
+    kinds = sorted(set().union(*counts), key=lambda k: -max(c[k] for c in counts))
+    head = " | ".join(p.name for p in profiles)
+    rows = [f"| kind of work (main thread) | {head} | last minus first (s) |"]
+    rows.append("|---|" + "---|" * (len(profiles) + 1))
+    for kind in [*kinds, "total"]:
+        n = [sum(c.values()) if kind == "total" else c[kind] for c in counts]
+        cells = " | ".join(f"{x / rate:.2f}" for x in n)
+        rows.append(f"| {kind} | {cells} | {(n[-1] - n[0]) / rate:+.2f} |")
+    return "\n".join(rows)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("profile", type=Path, help="py-spy --format raw output of a `warmkit run`")
+    p.add_argument(
+        "--against",
+        type=Path,
+        nargs="+",
+        metavar="PROFILE",
+        help="instead: the main thread's seconds by kind of work (phases()) of these profiles "
+        "(say, bench.py's profile-warm.txt) and PROFILE, side by side",
+    )
     p.add_argument("--rate", type=float, default=250.0, help="py-spy's --rate (default 250)")
     p.add_argument("--top", type=int, default=5, help="top frames listed per part (default 5)")
     p.add_argument("--command", default="gen.py", help="a file on the command's stacks")
     a = p.parse_args()
+    if a.against:
+        print(_phases_table([*a.against, a.profile], a.rate))
+        return
     parts = split(a.profile.read_text().splitlines(), a.command)
     print("| part | samples | seconds |\n|---|---|---|")
     for name in sorted(parts, key=lambda k: -sum(parts[k].values())):

@@ -280,6 +280,45 @@ def test_hook_profile_splits_the_hooks_imports_from_its_own_work() -> None:
     }
 
 
+def test_hook_profile_counts_each_kind_of_work_wherever_the_process_made_it() -> None:
+    # The same device work counts as one kind whether the hook or the command made it, and
+    # torch's CUDA start inside Triton's load is torch's; imports by the innermost module.
+    mod = _load_example("hook_profile")
+    sp = "/usr/lib/python3/dist-packages"
+    site = "p;thread (1): MainThread;main (<frozen site>:636);execsitecustomize (<frozen site>:575)"
+    site += ";_find_and_load (<frozen importlib._bootstrap>:1360)"
+    site += ";<module> (/tmp/site/warmkit/_cli/hook/sitecustomize.py:5)"
+    hook = f"{site};main (/tmp/site/warmkit/_cli/startup.py:158)"
+    gen = "p;thread (1): MainThread;<module> (/w/gen.py:3);main (/w/gen.py:120)"
+    load = f"_init_handles ({sp}/triton/compiler/compiler.py:460)"
+    lazy = f"_lazy_init ({sp}/torch/cuda/__init__.py:410)"
+    imp = "_find_and_load (<frozen importlib._bootstrap>:1360)"
+    lines = [
+        f"{hook};compile (/tmp/site/warmkit_triton/_kernel.py:9);{load} 4",
+        f"{gen};generate (/w/gen.py:86);run ({sp}/triton/runtime/jit.py:700);{load} 3",
+        f"{gen};generate (/w/gen.py:86);{load};current_device ({sp}/torch/cuda/__init__.py:1);{lazy} 2",
+        f"{gen};build_model (/w/gen.py:70);to ({sp}/torch/nn/modules/module.py:1);{lazy} 5",
+        f"{hook};{imp};<module> ({sp}/liger_kernel/ops/rms_norm.py:1);{imp};<module> ({sp}/torch/__init__.py:1) 11",
+        f"{hook};{imp};<module> ({sp}/liger_kernel/ops/rms_norm.py:1) 6",
+        f"{gen};{imp};<module> ({sp}/torch/__init__.py:1) 12",
+        f"{hook};resolve (/tmp/site/warmkit/_warmup/orchestrate.py:107) 7",
+        f"{gen};generate (/w/gen.py:86);sdpa ({sp}/torch/nn/functional.py:1) 8",
+        "p;thread (1): MainThread;<module> (/tmp/site/bin/warmkit:3);main (/tmp/site/warmkit/_cli/commands.py:1) 9",
+        "p;thread (1): MainThread 1",
+        f"p;thread (2): warmkit-cuda-start;{lazy} 50",
+    ]
+    assert mod.phases(lines) == {
+        "Triton: kernel loads and launchers (_init_handles)": 7,
+        "torch: CUDA start (torch.cuda._lazy_init)": 7,
+        "import: torch": 23,
+        "import: liger_kernel": 6,
+        "the hook: warmkit's own work": 7,
+        "the command: generate": 8,
+        "warmkit run's CLI (before it execs the command)": 9,
+        "no Python frame (interpreter start, exec)": 1,
+    }
+
+
 def test_first_request_splits_the_first_generate_from_the_second_by_part() -> None:
     # py-spy raw lines of a --profile run: child calls gen.generate directly the first time and
     # through _timed the second; other threads and the rest of child are not either call.
