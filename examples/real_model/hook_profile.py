@@ -110,15 +110,23 @@ DEVICE_WORK = (
 
 
 def _package(frame: str) -> str:
-    """``func (/.../site-packages/torch/nn/x.py:3)`` -> ``torch``; the standard library -> ``python``."""
+    """``func (torch/nn/x.py:3)`` -> ``torch``; the standard library's frozen modules -> ``python``.
+
+    py-spy writes a file's path relative to the ``sys.path`` entry it was found
+    under (``torch/nn/x.py``, ``gen.py``), else in full.
+    """
     path = frame.partition(" (")[2].rsplit(":", 1)[0]
     parts = path.split("/")
+    if path.startswith("<frozen"):
+        return "python"
+    if not path.startswith("/"):
+        return parts[0].removesuffix(".py")
     for marker in ("site-packages", "dist-packages", "site"):
         if marker in parts[:-1]:
             return parts[len(parts) - 1 - parts[::-1].index(marker) + 1].removesuffix(".py")
-    if path.startswith("<frozen") or "/lib/python3" in path:
+    if "/lib/python3" in path:
         return "python"
-    return parts[-1]
+    return parts[-1].removesuffix(".py")
 
 
 def phase(frames: list[str]) -> str:
@@ -135,7 +143,7 @@ def phase(frames: list[str]) -> str:
         return f"import: {_package(module)}"
     if hook >= 0:
         return "the hook: warmkit's own work"
-    ours = [f for f in frames if _package(f) == "gen.py"]
+    ours = [f for f in frames if _package(f) == "gen"]
     if ours:
         return f"the command: {ours[-1].partition(' (')[0]}"
     if any(_package(f) == "warmkit" for f in frames):
@@ -159,10 +167,19 @@ def phases(lines: list[str]) -> collections.Counter:
         stack, _, count = line.rstrip("\n").rpartition(" ")
         if not stack or not count.isdigit():
             continue
-        _process, thread, *frames = stack.split(";")
-        if "MainThread" in thread:
+        process, thread, *frames = stack.split(";")
+        if _main_thread(process, thread):
             kinds[phase(frames)] += int(count)
     return kinds
+
+
+def _main_thread(process: str, thread: str) -> bool:
+    """``thread (1244): MainThread``, or ``thread (1244)`` of process 1244 (py-spy names a
+    thread from ``threading``'s table, which the interpreter's start precedes)."""
+    if "MainThread" in thread:
+        return True
+    pid = process.removeprefix("process ").split(":", 1)[0]
+    return thread.strip() == f"thread ({pid})"
 
 
 def _phases_table(profiles: list[Path], rate: float) -> str:

@@ -1004,14 +1004,30 @@ def test_an_error_from_each_backend_hook_is_a_plugin_error_naming_plugin_and_hoo
 
     monkeypatch.setattr(FakeBackend, hook, broken)
     reg = reg_of((ScaleKernel, {"n": [1]}))
+    # default_target is asked only to compare a target with the device (see the next test)
+    target = "fake:1" if hook == "default_target" else None
     with pytest.raises(WarmupError) as info:
-        warmkit.warmup(cfg(on_error="collect"), reg)
+        warmkit.warmup(cfg(on_error="collect", target=target), reg)
     (failure,) = info.value.report.failures
     assert isinstance(failure.exception, warmkit.PluginError)
     assert failure.exception.plugin == "fake" and failure.exception.hook == hook
     assert isinstance(failure.exception.cause, KeyError)
     assert f"backend plugin 'fake' in its {hook}() hook" in failure.error
     assert "'driver table'" in failure.error and failure.error.count("driver table") == 1
+
+
+def test_a_device_warmup_does_not_ask_the_backend_for_its_default_target(
+    fake_backend, monkeypatch
+):
+    # Triton's answer starts the CUDA driver on the warmup's thread (0.1 s on an H100) for a
+    # comparison a device warmup does not make; a target's warmup still compares.
+    asked = []
+    monkeypatch.setattr(FakeBackend, "default_target", lambda self: asked.append(1) or "cpu")
+    reg = reg_of((ScaleKernel, {"n": [1]}))
+    assert warmkit.warmup(cfg(monitor="off"), reg).count("compiled") == 1
+    assert asked == []
+    warmkit.warmup(cfg(monitor="off", target="cpu"), reg)
+    assert asked
 
 
 def test_an_error_from_canonical_target_is_a_plugin_error(fake_backend, monkeypatch):

@@ -306,6 +306,9 @@ def test_hook_profile_counts_each_kind_of_work_wherever_the_process_made_it() ->
         "p;thread (1): MainThread;<module> (/tmp/site/bin/warmkit:3);main (/tmp/site/warmkit/_cli/commands.py:1) 9",
         "p;thread (1): MainThread 1",
         f"p;thread (2): warmkit-cuda-start;{lazy} 50",
+        # py-spy names no thread before `threading` is imported: the process's own id is main
+        'process 7:"python gen.py";thread (7);<module> (/w/gen.py:3);main (/w/gen.py:120) 6',
+        f'process 7:"python gen.py";thread (8);{lazy} 40',
     ]
     assert mod.phases(lines) == {
         "Triton: kernel loads and launchers (_init_handles)": 7,
@@ -314,6 +317,7 @@ def test_hook_profile_counts_each_kind_of_work_wherever_the_process_made_it() ->
         "import: liger_kernel": 6,
         "the hook: warmkit's own work": 7,
         "the command: generate": 8,
+        "the command: main": 6,
         "warmkit run's CLI (before it execs the command)": 9,
         "no Python frame (interpreter start, exec)": 1,
     }

@@ -686,13 +686,18 @@ def _load_backend(
         raise BackendUnavailableError(
             name, status.reason, kernel=kernel_name, install_hint=status.install_hint
         )
+    if target is None:
+        # A device warmup: no target to compare with the device's. Not asked either: Triton's
+        # answer starts the CUDA driver (cuInit: 0.1 s on an H100) on this thread, which its
+        # compile_scope starts beside the imports instead (warmkit_triton._cuda).
+        return backend, None
     device = _plugin_call(name, "default_target", backend.default_target)
     targets = capability(backend, CanonicalTargets)
-    if target is not None and targets is not None:
+    if targets is not None:
         target = _plugin_call(
             name, "canonical_target", targets.canonical_target, target
         )  # sm_90 == cuda:90
-    if target is not None and target == device:
+    if target == device:
         target = None  # the local device: share the runtime's executor cache
     # With no device and no target, the backend's compile() says what to do: only it
     # knows whether it needs a device at all.
