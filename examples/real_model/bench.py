@@ -11,7 +11,8 @@ turn, each run's ``position`` in its turn kept in results.json; ``--other-runs``
    (the first recording becomes ``run.json``);
 4. ``warmkit run -m run.json -- python gen.py`` on the warm cache of row 2, and
    the same with ``WARMKIT_TRITON_TORCH_START=1`` (the opt-in that makes
-   torch's own one-time CUDA starts during the warmup), taking turns;
+   torch's own one-time CUDA starts during the warmup; ``--no-opt-in`` leaves
+   it out, for more turns of the others in a call), taking turns;
 5. from a bundle: ``warmkit bundle build run.json --target cuda:90`` once, then
    per process an empty cache, ``warmkit bundle install`` (timed on its own) and
    ``warmkit run -m run.json -- python gen.py``.
@@ -73,6 +74,7 @@ class Bench:
         self.failures: list[str] = []
         self.py_spy: str | None = None
         self.profile_runs = 1
+        self.opt_in = True  # the WARMKIT_TRITON_TORCH_START row (--no-opt-in: more turns per call)
         self.compare: Path | None = None
         self._n = 0
 
@@ -180,11 +182,9 @@ def measure(
         if i and seconds is not None and turn - started + slowest > seconds:
             print(f"bench: {i} turn(s) of {runs}: another would end past --seconds {seconds:g}")
             break
-        turn_runs = [
-            (warm_rows, [], f"warm-{i}", None),
-            (run_rows, replay, f"run-{i}", None),
-            (start_rows, replay, f"torch-start-{i}", {TORCH_START: "1"}),
-        ]
+        turn_runs = [(warm_rows, [], f"warm-{i}", None), (run_rows, replay, f"run-{i}", None)]
+        if b.opt_in:
+            turn_runs.append((start_rows, replay, f"torch-start-{i}", {TORCH_START: "1"}))
         if b.compare is not None:  # the other installation, on the same warm cache
             turn_runs.append((compare_rows, replay, f"compare-{i}", {"PYTHONPATH": str(b.compare)}))
         # Every other turn in reverse: what a process leaves the next one (the page cache, the
@@ -368,6 +368,10 @@ def main() -> None:
         help="with --profile: N such pairs, taking turns (profile-run-2.txt, ...; default 1)",
     )  # fmt: skip
     p.add_argument(
+        "--no-opt-in", action="store_true",
+        help="leave out the WARMKIT_TRITON_TORCH_START row (more turns of the others per call)",
+    )  # fmt: skip
+    p.add_argument(
         "--seconds", type=float, metavar="S",
         help="start no turn of the rows after the first that would end more than S seconds after "
         "the start, by the slowest turn so far (the rows' N says how many ran); the bundle rows "
@@ -377,7 +381,7 @@ def main() -> None:
     a.out = a.out.resolve()
     a.out.mkdir(parents=True, exist_ok=True)
     b = Bench(a.out, shlex.split(a.warmkit), shlex.split(a.gen))
-    b.py_spy, b.profile_runs = a.profile, a.profile_runs
+    b.py_spy, b.profile_runs, b.opt_in = a.profile, a.profile_runs, not a.no_opt_in
     b.compare = a.compare.resolve() if a.compare else None
     other = a.runs if a.other_runs is None else a.other_runs
     rows, extra = measure(b, a.runs, other, a.manifest.resolve() if a.manifest else None, a.seconds)

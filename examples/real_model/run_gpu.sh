@@ -37,9 +37,10 @@ if [ -n "${COMPARE:-}" ]; then
             --target /tmp/site-compare /tmp/compare-wheels/*.whl || exit 1
 fi
 # SECONDS_LIMIT=S: no turn of the rows starts that would end past S s (bench.py --seconds).
+# NO_OPT_IN=1: without the WARMKIT_TRITON_TORCH_START row (bench.py --no-opt-in).
 # PROFILE=N: also py-spy profiles of N warm runs with and N without warmkit (py-spy's wheel in .whl/)
 python3 examples/real_model/bench.py --runs "${1:-5}" --out "$OUT/real_model" \
-    ${PROFILE:+--profile /tmp/site/bin/py-spy --profile-runs "$PROFILE"} ${MANIFEST:+--manifest "$MANIFEST"} ${OTHER_RUNS:+--other-runs "$OTHER_RUNS"} ${SECONDS_LIMIT:+--seconds "$SECONDS_LIMIT"} \
+    ${PROFILE:+--profile /tmp/site/bin/py-spy --profile-runs "$PROFILE"} ${MANIFEST:+--manifest "$MANIFEST"} ${OTHER_RUNS:+--other-runs "$OTHER_RUNS"} ${SECONDS_LIMIT:+--seconds "$SECONDS_LIMIT"} ${NO_OPT_IN:+--no-opt-in} \
     ${COMPARE:+--compare /tmp/site-compare}
 rc=$?
 # FIRST_REQUEST=N: then first_request.py, N turns of its modes (FIRST_REQUEST_SECONDS=S: none

@@ -368,3 +368,24 @@ def test_first_request_says_a_failed_priming_run_and_exits_nonzero(tmp_path: Pat
     assert "first_request: the priming run failed; nothing measured" in proc.stderr
     assert "prime: exit" in proc.stdout and (tmp_path / "out" / "prime.log").is_file()
     assert "| mode |" not in proc.stdout
+
+
+def test_start_costs_times_each_part_in_fresh_processes() -> None:
+    # One run per row: a row per part, `warmkit run` execs `true` (exit 0, nothing printed),
+    # and where there is no libcuda its row says why instead of a time of nothing.
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "real_model" / "start_costs.py"), "--runs", "1"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()
+    rows = {line.split(" | ")[0].lstrip("| "): line.split(" | ") for line in out[2:]}
+    assert set(rows) == {
+        "python -c pass",
+        "warmkit run -m MANIFEST -- true",
+        "import warmkit._cli.commands",
+        "libcuda: cuInit + primary context",
+    }
+    assert rows["warmkit run -m MANIFEST -- true"][3].strip(" |") == ""
+    cuda = rows["libcuda: cuInit + primary context"][3]
+    assert "cuInit" in cuda or "libcuda" in cuda, cuda
