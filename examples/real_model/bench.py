@@ -75,6 +75,7 @@ class Bench:
         self.py_spy: str | None = None
         self.profile_runs = 1
         self.opt_in = True  # the WARMKIT_TRITON_TORCH_START row (--no-opt-in: more turns per call)
+        self.pycache = False  # --pycache: one Python bytecode cache for every process
         self.compare: Path | None = None
         self._n = 0
 
@@ -118,6 +119,9 @@ class Bench:
         env: dict[str, str] | None = None,
     ) -> tuple[str, str]:
         env = dict(os.environ, **(env or {}), TRITON_CACHE_DIR=str(cache), HF_HUB_OFFLINE="1")
+        if self.pycache:  # every row alike: the bytecode the first process compiles, the rest read
+            env.pop("PYTHONDONTWRITEBYTECODE", None)
+            env["PYTHONPYCACHEPREFIX"] = str(self.scratch / "pycache")
         if launch:  # the clock gen.py's FIRST_RESPONSE_S counts from: warmkit's start included
             env["REAL_MODEL_LAUNCH"] = repr(time.time())
         proc = subprocess.run(
@@ -368,6 +372,13 @@ def main() -> None:
         help="with --profile: N such pairs, taking turns (profile-run-2.txt, ...; default 1)",
     )  # fmt: skip
     p.add_argument(
+        "--pycache", action="store_true",
+        help="every process with one Python bytecode cache (PYTHONPYCACHEPREFIX in the scratch "
+        "folder, PYTHONDONTWRITEBYTECODE unset): where the packages ship no bytecode and the "
+        "host forbids writing it, each process compiles its imports' (3.5-4 s of the 10-12 s "
+        "of session 25's H100 host), the widest part of the runs' spread",
+    )  # fmt: skip
+    p.add_argument(
         "--no-opt-in", action="store_true",
         help="leave out the WARMKIT_TRITON_TORCH_START row (more turns of the others per call)",
     )  # fmt: skip
@@ -382,6 +393,7 @@ def main() -> None:
     a.out.mkdir(parents=True, exist_ok=True)
     b = Bench(a.out, shlex.split(a.warmkit), shlex.split(a.gen))
     b.py_spy, b.profile_runs, b.opt_in = a.profile, a.profile_runs, not a.no_opt_in
+    b.pycache = a.pycache
     b.compare = a.compare.resolve() if a.compare else None
     other = a.runs if a.other_runs is None else a.other_runs
     rows, extra = measure(b, a.runs, other, a.manifest.resolve() if a.manifest else None, a.seconds)
@@ -390,7 +402,7 @@ def main() -> None:
     print(text)
     (a.out / "table.md").write_text(text + "\n")
     (a.out / "results.json").write_text(
-        json.dumps({"rows": rows, **extra, "failures": b.failures}, indent=1)
+        json.dumps({"rows": rows, **extra, "pycache": b.pycache, "failures": b.failures}, indent=1)
     )
     for f in b.failures:
         print(f"FAIL {f}")

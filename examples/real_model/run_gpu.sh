@@ -38,9 +38,10 @@ if [ -n "${COMPARE:-}" ]; then
 fi
 # SECONDS_LIMIT=S: no turn of the rows starts that would end past S s (bench.py --seconds).
 # NO_OPT_IN=1: without the WARMKIT_TRITON_TORCH_START row (bench.py --no-opt-in).
+# PYCACHE=1: every process with one Python bytecode cache (bench.py --pycache).
 # PROFILE=N: also py-spy profiles of N warm runs with and N without warmkit (py-spy's wheel in .whl/)
 python3 examples/real_model/bench.py --runs "${1:-5}" --out "$OUT/real_model" \
-    ${PROFILE:+--profile /tmp/site/bin/py-spy --profile-runs "$PROFILE"} ${MANIFEST:+--manifest "$MANIFEST"} ${OTHER_RUNS:+--other-runs "$OTHER_RUNS"} ${SECONDS_LIMIT:+--seconds "$SECONDS_LIMIT"} ${NO_OPT_IN:+--no-opt-in} \
+    ${PROFILE:+--profile /tmp/site/bin/py-spy --profile-runs "$PROFILE"} ${MANIFEST:+--manifest "$MANIFEST"} ${OTHER_RUNS:+--other-runs "$OTHER_RUNS"} ${SECONDS_LIMIT:+--seconds "$SECONDS_LIMIT"} ${NO_OPT_IN:+--no-opt-in} ${PYCACHE:+--pycache} \
     ${COMPARE:+--compare /tmp/site-compare}
 rc=$?
 # FIRST_REQUEST=N: then first_request.py, N turns of its modes (FIRST_REQUEST_SECONDS=S: none

@@ -149,6 +149,7 @@ import sys
 print("TOKENS [1, 2]")
 for line in ("MAIN_AT_S 0.1", "IMPORTS_S 0.2", "FIRST_RESPONSE_S 1.0", "STEADY_S 0.1", "COMPILES 0"):
     print(line)
+print("PYCACHE", sys.pycache_prefix, sys.flags.dont_write_bytecode)
 if "warmkit" in sys.modules:  # under `warmkit run`: which installation's hook ran
     import warmkit
     print("JIT_EVENTS 0 []")
@@ -156,12 +157,15 @@ if "warmkit" in sys.modules:  # under `warmkit run`: which installation's hook r
 """
 
 
-def _smoke_bench(tmp_path: Path, *args: str) -> tuple[Path, str, dict]:
+def _smoke_bench(
+    tmp_path: Path, *args: str, env_extra: dict[str, str] | None = None
+) -> tuple[Path, str, dict]:
     """bench.py with FAKE_GEN for gen.py, no cold/record/bundle rows: its out, stdout, rows."""
     gen = tmp_path / "fake_gen.py"
     gen.write_text(FAKE_GEN)
     out = tmp_path / "out"
     env = {k: v for k, v in os.environ.items() if not k.startswith("WARMKIT_")}
+    env |= env_extra or {}
     env["TMPDIR"] = str(tmp_path / "tmp")  # its caches: removed when it ends
     (tmp_path / "tmp").mkdir()
     cmd = [sys.executable, str(ROOT / "examples" / "real_model" / "bench.py"), *args]
@@ -188,6 +192,31 @@ def test_bench_compare_row_runs_the_other_installation(tmp_path: Path) -> None:
     for label, where in (("compare-0", site), ("run-0", ROOT)):
         log = (out / f"{label}.log").read_text()
         assert f"WARMKIT_FROM {where / 'warmkit' / '__init__.py'}" in log, log
+
+
+def test_bench_pycache_gives_every_row_one_bytecode_cache(tmp_path: Path) -> None:
+    # A host that forbids writing bytecode (PYTHONDONTWRITEBYTECODE=1): with --pycache every
+    # process, plain or under `warmkit run`, may write and read one cache, in the bench's scratch.
+    env = {"PYTHONDONTWRITEBYTECODE": "1"}
+    out, _, _ = _smoke_bench(tmp_path, "--runs", "1", "--pycache", env_extra=env)
+    seen = {
+        label: next(
+            line.split()[1:]
+            for line in (out / f"{label}.log").read_text().splitlines()
+            if line.startswith("PYCACHE ")
+        )
+        for label in ("warm-prime", "warm-0", "run-0", "torch-start-0")
+    }
+    prefixes = {prefix for prefix, _ in seen.values()}
+    assert len(prefixes) == 1 and prefixes.pop().endswith("pycache"), seen
+    assert {flag for _, flag in seen.values()} == {"0"}, seen
+    assert json.loads((out / "results.json").read_text())["pycache"] is True
+    (tmp_path / "without").mkdir()
+    out, _, _ = _smoke_bench(tmp_path / "without", "--runs", "1", env_extra=env)
+    line = next(
+        line for line in (out / "warm-0.log").read_text().splitlines() if line.startswith("PYCACHE")
+    )
+    assert line == "PYCACHE None 1"  # the host's settings, untouched without --pycache
 
 
 def test_bench_seconds_starts_no_turn_that_would_end_past_it(tmp_path: Path) -> None:
