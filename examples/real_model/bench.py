@@ -375,8 +375,8 @@ def main() -> None:
         "--pycache", action="store_true",
         help="every process with one Python bytecode cache (PYTHONPYCACHEPREFIX in the scratch "
         "folder, PYTHONDONTWRITEBYTECODE unset): where the packages ship no bytecode and the "
-        "host forbids writing it, each process compiles its imports' (3.5-4 s of the 10-12 s "
-        "of session 25's H100 host), the widest part of the runs' spread",
+        "host forbids writing it, each process compiles its imports' bytecode (3.5-4 s of "
+        "the 10-12 s of session 25's H100 host), the widest part of the runs' spread",
     )  # fmt: skip
     p.add_argument(
         "--no-opt-in", action="store_true",
