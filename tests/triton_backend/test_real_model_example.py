@@ -294,13 +294,14 @@ def test_hook_profile_splits_the_hooks_imports_from_its_own_work() -> None:
         "p;thread (2): warmkit-compile;run (t.py:1);_find_and_load (<frozen x>:1);f (b.py:2) 6",
         f"{site};main (warmkit/_cli/startup.py:158);Event.wait (threading.py:655) 8",
         f"{site};_find_and_load (<frozen x>:1);<module> (warmkit/_warmup/report.py:3) 9",
+        'process 7:"python gen.py";thread (7);<module> (gen.py:3) 2',  # unnamed: the main one
     ]
     parts = {k: sum(v.values()) for k, v in mod.split(lines).items()}
     assert parts == {
         "main: the hook, importing": 7,
         "main: the hook, warmkit's own work": 2,
-        "main: the command": 5,
-        "main: no Python frame (interpreter start, exec)": 3,
+        "main: the command": 7,
+        "main: no Python frame (interpreter start, exec, exit)": 3,
         "warmkit-compile: waiting on an import": 4,
         "warmkit-compile: other": 1,
         "warmkit-compile: importing": 6,
@@ -348,7 +349,7 @@ def test_hook_profile_counts_each_kind_of_work_wherever_the_process_made_it() ->
         "the command: generate": 8,
         "the command: main": 6,
         "warmkit run's CLI (before it execs the command)": 9,
-        "no Python frame (interpreter start, exec)": 1,
+        "no Python frame (interpreter start, exec, exit)": 1,
     }
 
 
