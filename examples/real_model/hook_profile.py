@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+from collections.abc import Iterator
 from pathlib import Path
 
 IMPORTING = ("_find_and_load (", "import_module (", "_gcd_import (")
@@ -53,16 +54,20 @@ def _name(frame: str) -> str:
     return f"{func} ({where.rsplit(':', 1)[0].rsplit('/', 1)[-1]})" if where else func
 
 
+def _samples(lines: list[str]) -> Iterator[tuple[bool, str, list[str], int]]:
+    """py-spy raw lines -> (main thread?, thread, outermost..innermost frames, samples)."""
+    for line in lines:
+        stack, _, count = line.rstrip("\n").rpartition(" ")
+        if stack and count.isdigit():
+            process, thread, *frames = stack.split(";")
+            yield _main_thread(process, thread), thread, frames, int(count)
+
+
 def split(lines: list[str], command: str = "gen.py") -> dict[str, collections.Counter]:
     """The samples of each part (module docstring), by the part's top frames."""
     parts: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
-    for line in lines:
-        stack, _, count = line.rstrip("\n").rpartition(" ")
-        if not stack or not count.isdigit():
-            continue
-        n = int(count)
-        process, thread, *frames = stack.split(";")
-        if _main_thread(process, thread):
+    for main, thread, frames, n in _samples(lines):
+        if main:
             if not frames:
                 parts["main: no Python frame (interpreter start, exec, exit)"]["-"] += n
             elif any(command in f for f in frames):
@@ -122,8 +127,9 @@ def _package(frame: str) -> str:
     if not path.startswith("/"):
         return parts[0].removesuffix(".py")
     for marker in ("site-packages", "dist-packages", "site"):
-        if marker in parts[:-1]:
-            return parts[len(parts) - 1 - parts[::-1].index(marker) + 1].removesuffix(".py")
+        at = [i for i, part in enumerate(parts[:-1]) if part == marker]
+        if at:  # the folder right after the last such marker
+            return parts[at[-1] + 1].removesuffix(".py")
     if "/lib/python3" in path:
         return "python"
     return parts[-1].removesuffix(".py")
@@ -163,13 +169,9 @@ def phases(lines: list[str]) -> collections.Counter:
     package, then the stage (the hook's own work, the command's functions).
     """
     kinds: collections.Counter = collections.Counter()
-    for line in lines:
-        stack, _, count = line.rstrip("\n").rpartition(" ")
-        if not stack or not count.isdigit():
-            continue
-        process, thread, *frames = stack.split(";")
-        if _main_thread(process, thread):
-            kinds[phase(frames)] += int(count)
+    for main, _thread, frames, n in _samples(lines):
+        if main:
+            kinds[phase(frames)] += n
     return kinds
 
 
