@@ -52,6 +52,17 @@ __all__ = [
     "WorkerDiedError",
 ]
 
+#: The ``extra`` of a log record that says what a report's table says too: the CLI and
+#: ``warmkit run``, which print the table, leave such records out (a cause is said once).
+#: Here, not beside the report: ``warmkit run``'s CLI process filters its log with it before
+#: it execs the command, and imports nothing it does not need there (no attrs).
+IN_REPORT = {"warmkit_in_report": True}
+
+
+def not_in_report(record: Any) -> bool:
+    """A ``logging`` filter: False for a record logged with ``extra=IN_REPORT``."""
+    return not getattr(record, "warmkit_in_report", False)
+
 
 class WarmkitError(Exception):
     """Base class of every warmkit error."""

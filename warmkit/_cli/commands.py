@@ -37,9 +37,9 @@ from .._exceptions import (
     ManifestError,
     PluginLoadError,
     WarmupError,
+    not_in_report,
 )
 from .._version import __version__
-from .._warmup.report import not_in_report
 from .args import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, make_parser
 from .output import json_stdout, print_json
 

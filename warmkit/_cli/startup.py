@@ -32,7 +32,7 @@ from typing import Any, NoReturn
 
 from .. import _envs
 from .._compat import site_import_done
-from .._warmup.report import not_in_report
+from .._exceptions import not_in_report
 
 __all__ = [
     "exec_under_hook",

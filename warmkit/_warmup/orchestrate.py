@@ -17,7 +17,7 @@ from typing import Any, NoReturn
 
 from .. import metrics, monitor
 from .._compat import Keep, ast_parse_serialized, gc_paused, keep_nothing, kept_out_of_gc
-from .._exceptions import BackendUnavailableError, WarmupError
+from .._exceptions import IN_REPORT, BackendUnavailableError, WarmupError
 from .._kernel import memo as _memo
 from .._plugin.components import capability
 from .._plugin.contract import CanonicalTargets, reported_tuning
@@ -28,7 +28,6 @@ from .._registry.registry import WarmupRegistry
 from .config import WarmupConfig, warn_unapplied
 from .prepare import join as join_setup
 from .report import (
-    IN_REPORT,
     ReportEntry,
     ReportStatus,
     WarmupReport,

@@ -329,16 +329,6 @@ def progress_bar(total: int, setting: str) -> Any:
     return LineProgress(total)
 
 
-#: The ``extra`` of a log record that says what a report's table says too: the CLI and
-#: ``warmkit run``, which print the table, leave such records out (a cause is said once).
-IN_REPORT = {"warmkit_in_report": True}
-
-
-def not_in_report(record: Any) -> bool:
-    """A ``logging`` filter: False for a record logged with ``extra=IN_REPORT``."""
-    return not getattr(record, "warmkit_in_report", False)
-
-
 _encode_str = json.encoder.encode_basestring_ascii  # what json.dumps uses (ensure_ascii)
 
 
