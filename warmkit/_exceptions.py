@@ -24,7 +24,9 @@ always were), e.g. ``warmkit_triton.TritonNotInstalledError`` (``ImportError``),
 ``except warmkit.WarmkitError`` catches every error warmkit or a plugin raises.
 
 Each error carries the object it is about as attributes (kernel, key, plugin,
-backend ...) so callers never parse messages.
+backend ...) so callers never parse messages. A cause is said once: a log record
+that a report's table says too carries ``extra=IN_REPORT``, and the CLI's log
+leaves it out (:func:`not_in_report`).
 """
 
 from __future__ import annotations
