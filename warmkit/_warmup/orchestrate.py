@@ -686,9 +686,11 @@ def _load_backend(
             name, status.reason, kernel=kernel_name, install_hint=status.install_hint
         )
     if target is None:
-        # A device warmup: no target to compare with the device's. Not asked either: Triton's
-        # answer starts the CUDA driver (cuInit: 0.1 s on an H100) on this thread, which its
-        # compile_scope starts beside the imports instead (warmkit_triton._cuda).
+        # A device warmup: no target to compare with the device's, so the device is not asked
+        # for: Triton's answer starts the CUDA driver (cuInit: 0.1 s on an H100) on this thread,
+        # which its compile_scope starts beside the imports instead (warmkit_triton._cuda). With
+        # no device at all, the backend's compile() says what to do: only it knows whether it
+        # needs one.
         return backend, None
     device = _plugin_call(name, "default_target", backend.default_target)
     targets = capability(backend, CanonicalTargets)
@@ -698,8 +700,6 @@ def _load_backend(
         )  # sm_90 == cuda:90
     if target == device:
         target = None  # the local device: share the runtime's executor cache
-    # With no device and no target, the backend's compile() says what to do: only it
-    # knows whether it needs a device at all.
     return backend, target
 
 
