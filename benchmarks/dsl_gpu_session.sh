@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # The TileLang/CuTe DSL GPU work, on the H200, after the wheels made by dsl_wheels.sh travelled.
 #
-# The machine keeps ignored paths between calls made while it is warm, so carry one folder a call,
-# back to back (each < 64 MiB with the working tree):
-#   call 1: carry [".whl-dsl/1"]  command: true
-#   call 2: carry [".whl-dsl/2"]  command: true
-#   call 3: carry [".whl-dsl/3"]  command: bash benchmarks/dsl_gpu_session.sh
+# A carried ignored path is gone in the next call, but /tmp on the machine stays while it is warm
+# (about 30 s after a call; ../shared/notes/device.md), so carry one folder a call, back to back
+# (each < 64 MiB with the working tree), each copied to /tmp/dsl:
+#   call 1: carry [".whl-dsl/1"]  command: mkdir -p /tmp/dsl && cp -r .whl-dsl/1 /tmp/dsl/
+#   call 2: carry [".whl-dsl/2"]  command: cp -r .whl-dsl/2 /tmp/dsl/
+#   call 3: carry [".whl-dsl/3"]  command: cp -r .whl-dsl/3 /tmp/dsl/ && rm -rf .whl-dsl &&
+#           ln -s /tmp/dsl .whl-dsl && bash benchmarks/dsl_gpu_session.sh
 # It reassembles the split wheel, installs everything into /tmp/site-dsl, runs the DSL GPU tests,
 # installs the CPU-built bundle into an empty cache (new process: 0 compiles), and the
 # measurements of benchmarks/dsl_startup.py. Everything lands in $OUT/dsl-results.tar.gz.
