@@ -145,26 +145,36 @@ def _dry_run(calls: list[Any], kernels: list[Any]) -> None:
 
 
 class _LaunchClock:
-    """Wraps each executor's C launch to time it: ``ns`` is the time spent in it since reset."""
+    """Times each executor's C launch (``ns``) and each kernel's ``run`` (``run_ns``) since reset.
+
+    ``run`` is warmkit's launch path (``TritonKernel.run``: the identity lookup, the
+    executor's ``launch``, the C launch); what a call takes outside it is the caller's
+    own Python (the kernel's ``__call__``, the block table's checks), which a warmup
+    cannot run without the caller's arguments.
+    """
 
     def __init__(self, kernels: list[Any]) -> None:
         self.ns = 0
+        self.run_ns = 0
         for kernel in kernels:
+            kernel.run = self._wrap(
+                kernel.run, "run_ns"
+            )  # an instance attribute: self.run finds it
             for executor in kernel.executors.values():
                 if hasattr(executor, "_go"):  # a direct launch (else fn[grid]: all "Python")
-                    executor._go = self._wrap(executor._go)
+                    executor._go = self._wrap(executor._go, "ns")
 
-    def _wrap(self, go: Any) -> Any:
+    def _wrap(self, go: Any, total: str) -> Any:
         clock = time.perf_counter_ns
 
-        def timed_go(*args: Any) -> Any:
+        def timed(*args: Any, **kwargs: Any) -> Any:
             s = clock()
             try:
-                return go(*args)
+                return go(*args, **kwargs)
             finally:
-                self.ns += clock() - s
+                setattr(self, total, getattr(self, total) + clock() - s)
 
-        return timed_go
+        return timed
 
 
 def child(mode: str, rotate: int, iters: int) -> int:
@@ -273,7 +283,7 @@ def child(mode: str, rotate: int, iters: int) -> int:
         def timed(call: Any) -> tuple[float, float]:  # type: ignore[no-redef]
             """``timed``, and the call's C launch, faults, switches and thread CPU time."""
             torch.cuda.synchronize()
-            clock.ns = 0
+            clock.ns = clock.run_ns = 0
             before = resource.getrusage(resource.RUSAGE_THREAD)
             thread0 = time.thread_time_ns()
             s = time.perf_counter()
@@ -283,11 +293,13 @@ def child(mode: str, rotate: int, iters: int) -> int:
             torch.cuda.synchronize()
             gpu = (time.perf_counter() - s) * 1e6
             after = resource.getrusage(resource.RUSAGE_THREAD)  # the synchronizes too
-            cpu, launch = (r - s) * 1e6, clock.ns / 1e3
+            cpu, launch, run = (r - s) * 1e6, clock.ns / 1e3, clock.run_ns / 1e3
             split.append(
                 {
                     "launch_us": launch,
                     "python_us": cpu - launch,
+                    "caller_us": cpu - run,  # the kernel's __call__, the block table's checks
+                    "run_python_us": run - launch,  # warmkit's launch path above the C launch
                     "faults": after.ru_minflt - before.ru_minflt,
                     "switches": (after.ru_nvcsw - before.ru_nvcsw)
                     + (after.ru_nivcsw - before.ru_nivcsw),
@@ -383,6 +395,8 @@ def _profile_cells(prof: dict[str, Any]) -> tuple[str, ...]:
     first, steady, flush = prof["first"], prof["steady"], prof["after_flush"]
     return (
         f"{first['python_us']:.1f} / {steady['python_us']:.1f} / {flush['python_us']:.1f}",
+        f"{first['caller_us']:.1f} / {steady['caller_us']:.1f} / {flush['caller_us']:.1f}",
+        " / ".join(f"{part['run_python_us']:.1f}" for part in (first, steady, flush)),
         f"{first['launch_us']:.1f} / {steady['launch_us']:.1f} / {flush['launch_us']:.1f}",
         f"{first['faults']:.0f} (max {first['faults_max']})",
         f"{first['switches']:.0f} (max {first['switches_max']})",
@@ -438,7 +452,7 @@ def main() -> int:
                 samples_by_key.setdefault(k["key"], []).append(k)
             print(f"  run {r + 1}/{runs} {mode}: warmup {res['warmup_s']:.2f} s", flush=True)
     results: dict[str, Any] = {"goal_ratio": GOAL, "runs": runs, "iters": iters, "modes": {}}
-    rows, profile_rows = [], []
+    rows, profile_rows, per_run_rows = [], [], []
     for mode, keys in per.items():
         results["modes"][mode] = {"warmup_s": stats(warmups[mode]), "keys": {}}
         for i, (key, samples) in enumerate(keys.items()):
@@ -472,6 +486,15 @@ def main() -> int:
                 prof = _profile(samples)
                 results["modes"][mode]["keys"][key]["profile"] = prof
                 profile_rows.append((f"key {i}", *_profile_cells(prof)))
+                # run by run: is the gap the process's first call (position 0) or every run's?
+                runs_cells = []
+                for s in samples:
+                    f, a = s["profile"]["first"], s["profile"]["after_flush"]
+                    runs_cells.append(
+                        f"@{s['position']} {f['caller_us']:.0f}+{f['run_python_us']:.0f}"
+                        f"/{a['caller_us']:.0f}+{a['run_python_us']:.0f}"
+                    )
+                per_run_rows.append((f"key {i}", "  ".join(runs_cells)))
             rows.append(
                 (
                     f"{mode} key {i}",
@@ -508,12 +531,18 @@ def main() -> int:
             (
                 "key",
                 "Python first / steady / after flush",
+                "of it the caller's",
+                "of it warmkit's run",
                 "C launch first / steady / after flush",
                 "first: faults",
                 "first: switches",
                 "first: thread CPU / CPU us",
             ),
         )
+        text += (
+            "\nrun by run (@position in the order: caller's + run's Python, first / after flush):\n"
+        )
+        text += table(per_run_rows, ("key", "runs"))
     emit("B4-first-launch", results, args.out, text)
     return 0
 
