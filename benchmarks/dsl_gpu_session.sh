@@ -8,6 +8,10 @@
 #   call 2: carry [".whl-dsl/2"]  command: cp -r .whl-dsl/2 /tmp/dsl/
 #   call 3: carry [".whl-dsl/3"]  command: cp -r .whl-dsl/3 /tmp/dsl/ && rm -rf .whl-dsl &&
 #           ln -s /tmp/dsl .whl-dsl && bash benchmarks/dsl_gpu_session.sh
+#   call 4 (optional, the same warm machine, nothing carried):
+#           ln -s /tmp/dsl .whl-dsl && bash benchmarks/dsl_gpu_session.sh libs
+#           TileLang's rows of benchmarks/real_libraries.py (~4-5 min): its warm restarts and a
+#           bundle against TileLang alone on its warm cache (the wheels are installed once).
 # It reassembles the split wheel, installs everything into /tmp/site-dsl, runs the DSL GPU tests,
 # installs the CPU-built bundle into an empty cache (new process: 0 compiles), and the
 # measurements of benchmarks/dsl_startup.py. Everything lands in $OUT/dsl-results.tar.gz.
@@ -24,8 +28,12 @@ cat .whl-dsl/2/*.part00 .whl-dsl/3/*.part01 .whl-dsl/3/*.part02 \
     > "/tmp/whl-dsl/$(basename .whl-dsl/2/*.part00 .part00)"
 # Byte-compiled, as a user's `pip install` is: the host may set PYTHONDONTWRITEBYTECODE, and
 # then every process would compile warmkit and the carried libraries from source again.
-python3 -m pip install -q --no-index --no-deps --no-cache-dir --upgrade \
-    --target /tmp/site-dsl /tmp/whl-dsl/*.whl || exit 1
+# Once per warm machine: a later call (`libs`) finds them installed.
+if [ ! -f /tmp/site-dsl/.installed ]; then
+    python3 -m pip install -q --no-index --no-deps --no-cache-dir --upgrade \
+        --target /tmp/site-dsl /tmp/whl-dsl/*.whl || exit 1
+    touch /tmp/site-dsl/.installed
+fi
 # nvidia_cutlass_dsl finds its packages through a .pth file, which --target does not process.
 export PYTHONPATH=/tmp/site-dsl:/tmp/site-dsl/nvidia_cutlass_dsl/dsl_packages:$PWD/tests
 python3 -c "import sys, torch, tilelang; print('python', sys.version.split()[0], 'torch', torch.__version__, 'tilelang', tilelang.__version__)" | tee "$RES/machine.txt"
@@ -40,6 +48,12 @@ step() {  # step NAME TIMEOUT_S COMMAND...
     tar -czf "$OUT/dsl-results.tar.gz" -C "$RES" .
 }
 
+if [ "${1:-}" = libs ]; then
+    TAIL=20 step real_libraries_tilelang 580 python3 benchmarks/real_libraries.py --libs tilelang \
+        --runs "${RUNS:-5}" --out "$RES/real_libraries"
+    echo "results: $OUT/dsl-results.tar.gz"
+    exit 0
+fi
 step tilelang_gpu_tests 240 python3 -m pytest -q -p no:cacheprovider -rs tests/tilelang_backend/test_gpu.py
 [ -f tests/cutedsl_backend/test_gpu.py ] && step cutedsl_gpu_tests 180 python3 -m pytest -q -p no:cacheprovider -rs tests/cutedsl_backend/test_gpu.py
 # A bundle built on the CPU box for cuda:90, into an empty cache; then a new process: 0 compiles.

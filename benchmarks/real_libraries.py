@@ -8,12 +8,22 @@ Libraries (``--libs``, default ``fla,liger``):
   (``fused_recurrent_gated_delta_rule``) from its final state;
 * ``liger``: Liger-Kernel's functional ops (RMSNorm, fused add+RMSNorm, RoPE,
   SwiGLU, GEGLU, LayerNorm, softmax, cross entropy, fused linear cross entropy)
-  at two hidden sizes.
+  at two hidden sizes;
+* ``tilelang``: TileLang, not Triton: a ``@tilelang.jit`` GEMM program (the one
+  ``warmkit_tilelang.TiledGemm`` compiles; fp16, m = 64..512, n = k = 4096) called
+  the way TileLang's users call it, ``tiled_gemm(m, n, k, ...)(a, b)``. Alone, each
+  call is an in-process miss that TileLang's disk cache answers (``TILELANG_CACHE_DIR``);
+  under ``warmkit run`` the warmup has put each kernel into that function's own
+  in-process cache, so the calls find it. TileLang has no raw-kernel recording:
+  its manifest is the engine's registration (``TiledGemm``, the four shapes),
+  written by the driver where the Triton libraries are recorded. Its "Triton"
+  rows below read "TileLang".
 
 Per library, in one run and on one machine, fresh processes each:
 
 1. Triton alone, empty cache (once: it primes the baseline's warm cache);
-2. ``warmkit record`` into an empty cache (once: the recording);
+2. ``warmkit record`` into an empty cache (once: the recording; ``tilelang``: the
+   registration saved as its manifest);
 3. ``warmkit run -m`` replaying the recording into an empty cache (once: the
    warm cache of rows 5 and 6);
 4. ``warmkit bundle build`` of the recording (once, on this host);
@@ -40,7 +50,8 @@ failure named): every process's outputs are bitwise equal to the first
 baseline's, and every warmkit row after warmup sees 0 compiles, 0 autotune
 benchmarks and 0 JIT events.
 
-Needs a CUDA GPU, ``fla-core`` and ``liger-kernel``::
+Needs a CUDA GPU and each library asked for (``fla-core``, ``liger-kernel``; ``tilelang``
+and ``warmkit-tilelang``, whose wheels ``benchmarks/dsl_wheels.sh`` gathers)::
 
     python3 benchmarks/real_libraries.py --runs 5 --out out/real_libraries
     python3 benchmarks/real_libraries.py workload fla     # one process of a workload
@@ -148,15 +159,74 @@ def _liger(torch):
     return once
 
 
-WORKLOADS = {"fla": _fla, "liger": _liger}
+#: ``TiledGemm``'s keys: (m, n, k); its dispatch picks block_m 64 for m <= 64, else 128.
+TILELANG_SHAPES = [(64, 4096, 4096), (128, 4096, 4096), (256, 4096, 4096), (512, 4096, 4096)]
 
 
-def _counters():
-    """Triton compiles that were not disk hits, and autotune benchmarks, from here on."""
+def _tilelang(torch):
+    import importlib.util
+
+    # Under `warmkit run` the warmup imported the program and filled its function's cache: the
+    # calls must reach that very function. Alone, the same file is loaded without importing
+    # warmkit_tilelang (whose package imports warmkit): TileLang alone, as its users run it.
+    prog = sys.modules.get("warmkit_tilelang._gemm_program")
+    if prog is None:
+        spec = importlib.util.find_spec("warmkit_tilelang")  # finds the package, runs nothing
+        path = Path(next(iter(spec.submodule_search_locations))) / "_gemm_program.py"
+        prog_spec = importlib.util.spec_from_file_location("real_libraries_gemm", path)
+        prog = importlib.util.module_from_spec(prog_spec)
+        prog_spec.loader.exec_module(prog)
+    tiled_gemm = prog.tiled_gemm
+
+    def once():
+        outs = []
+        for m, n, k in TILELANG_SHAPES:
+            a = torch.randn(m, k, device="cuda", dtype=torch.float16)
+            b = torch.randn(k, n, device="cuda", dtype=torch.float16)
+            # TiledGemm.dispatch and compile_args, spelled out: the same JIT cache key
+            kernel = tiled_gemm(m, n, k, 64 if m <= 64 else 128, 128, 32, 3, 128, dtype="float16")
+            outs.append(kernel(a, b))
+        return outs
+
+    return once
+
+
+WORKLOADS = {"fla": _fla, "liger": _liger, "tilelang": _tilelang}
+
+
+def _tilelang_manifest(path: Path) -> None:
+    """The registration an engine makes for the tilelang workload's kernels, saved as a manifest."""
+    from warmkit_tilelang import TiledGemm
+
+    import warmkit
+
+    reg = warmkit.WarmupRegistry()
+    for m, n, k in TILELANG_SHAPES:
+        reg.add(TiledGemm, m=m, n=n, k=k)
+    reg.save(path)
+
+
+def _counters(lib: str):
+    """Compiles that were not disk hits, and autotune benchmarks, from here on.
+
+    Triton's come from its compilation listener; TileLang's from its disk lookup, which
+    answers None before each real compile (``KernelCache._load_kernel_from_disk``).
+    """
     from triton import knobs
     from triton.runtime import autotuner
 
     counts = {"compiles": 0, "benchmarks": 0}
+    if lib == "tilelang":
+        from tilelang.cache.kernel_cache import KernelCache
+
+        load = KernelCache._load_kernel_from_disk  # warmkit's monitor may have wrapped it: chained
+
+        def counted_load(self, *a, **kw):
+            kernel = load(self, *a, **kw)
+            counts["compiles"] += kernel is None
+            return kernel
+
+        KernelCache._load_kernel_from_disk = counted_load
     previous = knobs.compilation.listener
 
     def listener(**kw):  # chained: warmkit's own listener (under `warmkit run`) still runs
@@ -184,7 +254,7 @@ def workload(lib: str) -> None:
 
     if not torch.cuda.is_available():
         raise SystemExit("real_libraries.py: no CUDA GPU is visible; run it on a GPU host")
-    counts = _counters()
+    counts = _counters(lib)
     once = WORKLOADS[lib](torch)
     imports = time.perf_counter() - t0
     torch.manual_seed(0)
@@ -243,7 +313,10 @@ class Session:
     def call(
         self, cmd: list[str], cache: Path, label: str, env: dict | None = None
     ) -> tuple[str, str]:
-        full = dict(os.environ, TRITON_CACHE_DIR=str(cache), TRITON_CACHE_AUTOTUNING="1")
+        full = dict(
+            os.environ, TRITON_CACHE_DIR=str(cache), TRITON_CACHE_AUTOTUNING="1",
+            TILELANG_CACHE_DIR=f"{cache}-tilelang",  # TileLang's own disk cache, beside Triton's
+        )  # fmt: skip
         full.update(env or {}, PYTHONFAULTHANDLER="1")
         full[LAUNCH_ENV] = repr(time.time())
         log = self.out / f"{label}.log"
@@ -297,7 +370,9 @@ def measure(s: Session, lib: str, runs: int) -> dict:
     base_cache, wk_cache = s.cache(), s.cache()
     once = {"triton alone, empty cache": s.run(lib, [], base_cache, f"{lib}-cold")}
     recording = f"{lib}_run.json"
-    if s.recordings is None or not (s.recordings / recording).is_file():
+    if lib == "tilelang":  # no raw recording for TileLang: the engine's registration
+        _tilelang_manifest(s.out / recording)
+    elif s.recordings is None or not (s.recordings / recording).is_file():
         once["warmkit record, empty cache"] = s.run(
             lib, [*s.warmkit, "record", "-o", recording, "--"], s.cache(), f"{lib}-record"
         )
@@ -423,6 +498,8 @@ def table(results: dict) -> str:
         base = _med(res["rows"][ROWS[0]], "first_s")
         for name, rs in [*((n, [r]) for n, r in res["once"].items()), *res["rows"].items()]:
             first = [r["first_s"] for r in rs]
+            if lib == "tilelang":
+                name = name.replace("Triton", "TileLang").replace("triton", "TileLang")
             lines.append(
                 f"| {lib} | {name} | {len(rs)} | {statistics.median(first):.2f} | {min(first):.2f}-{max(first):.2f} "
                 f"| {statistics.median(first) / base:.2f}x | {_med(rs, 'warmup_s'):.2f} "

@@ -223,3 +223,37 @@ def test_real_libraries_runs_every_other_round_in_reverse(tmp_path: Path) -> Non
     jobs1 = res["rows"]["warmkit run, warm restart, WARMKIT_JOBS=1"]
     assert [r["env"] for r in jobs1] == [{"WARMKIT_JOBS": "1"}] * 2
     assert all(r["first_s"] > 1.0 for r in res["rows"][rl.ROWS[3]])  # the install counted in
+
+
+def test_real_libraries_tilelang_replays_the_engines_registration(tmp_path: Path) -> None:
+    # TileLang has no raw-kernel recording: its manifest is TiledGemm's registration of the
+    # workload's shapes, written by the driver, and the table names TileLang, not Triton.
+    pytest.importorskip("warmkit_tilelang")
+    sys.path.insert(0, str(BENCH))
+    try:
+        import real_libraries as rl
+    finally:
+        sys.path.remove(str(BENCH))
+    import warmkit
+
+    class Standin(rl.Session):
+        def run(self, lib, prefix, cache, label, env=None):
+            self.seen.append((label, prefix))
+            return {"label": label, "first_s": 1.0, "compiles": 0, "benchmarks": 0}
+
+        def call(self, cmd, cache, label, env=None):
+            self.seen.append((label, cmd))
+            return "", ""
+
+    s = Standin(tmp_path)
+    s.seen = []
+    res = rl.measure(s, "tilelang", 1)
+    labels = [label for label, _ in s.seen]
+    assert "tilelang-record" not in labels and "warmkit record, empty cache" not in res["once"]
+    replay = dict(s.seen)["tilelang-replay"]
+    assert replay[-4:] == ["run", "-m", "tilelang_run.json", "--"]
+    reg = warmkit.WarmupRegistry.load(tmp_path / "tilelang_run.json")
+    (keys,) = reg.plan().values()  # one kernel: TiledGemm
+    assert sorted((k.m, k.n, k.k) for k in keys) == sorted(rl.TILELANG_SHAPES)
+    text = rl.table({"tilelang": res})
+    assert "TileLang alone, warm cache" in text and "Triton" not in text
