@@ -245,6 +245,18 @@ ENVIRONMENT: dict[str, EnvVar] = {
     "WARMKIT_MANIFEST": EnvVar(
         None, _opt_str, "Manifest that warmkit run's startup hook warms before the command runs."
     ),
+    # Set by `warmkit run` for its command, which becomes its process (exec): the startup hook
+    # of a Python that cannot import warmkit stops the command itself, warns in its children.
+    "WARMKIT_COMMAND_PID": EnvVar(
+        None, _opt_str, "Set by warmkit run: its command's process id (the hook's own use)."
+    ),
+    # Set by `warmkit run`/`record` for the command: the Python warmkit is installed in, which
+    # the startup hook names when the command's Python cannot import warmkit.
+    "WARMKIT_PYTHON": EnvVar(
+        None,
+        _opt_str,
+        "Set by warmkit run/record: the Python warmkit runs in (the hook's own use).",
+    ),
     # A shared compile store: redis://host:port/db, rediss://..., or a directory (docs/fleet.md).
     "WARMKIT_STORE": EnvVar(
         None, _opt_str, "WarmupConfig.store: redis://host:port/db or a directory; unset = none."

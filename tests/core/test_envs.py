@@ -45,6 +45,8 @@ VALID = {
     "WARMKIT_RANK": [("0", 0), ("3", 3), (" 7 ", 7)],
     "WARMKIT_RECORD": [("run-{rank}.json", "run-{rank}.json"), ("", None)],
     "WARMKIT_MANIFEST": [(" m.json ", "m.json"), ("", None)],
+    "WARMKIT_COMMAND_PID": [("4242", "4242"), ("", None)],
+    "WARMKIT_PYTHON": [("/venv/bin/python", "/venv/bin/python"), ("", None)],
     "WARMKIT_MANIFEST_MODULES": [("installed", "installed"), (" ANY ", "any")],
     "WARMKIT_COMPILE_PROCESSES": [("auto", "auto"), (" ON ", "on"), ("off", "off")],
     "WARMKIT_STORE": [("redis://127.0.0.1:6379/0", "redis://127.0.0.1:6379/0"), ("", None)],
@@ -204,7 +206,7 @@ def test_rank(monkeypatch, env, expected):
 
 def test_every_variable_the_code_reads_is_in_the_table():
     mentioned = set()
-    for path in (ROOT / "warmkit").glob("*.py"):
+    for path in (ROOT / "warmkit").rglob("*.py"):
         mentioned |= set(re.findall(r"\bWARMKIT_[A-Z_]+[A-Z]\b", path.read_text()))
     assert mentioned <= set(ENVIRONMENT), mentioned - set(ENVIRONMENT)
 
@@ -257,7 +259,7 @@ def test_mode_literals_are_defined_once():
     assert warmkit.monitor.MODES is _envs.MONITOR_MODES
     assert attrs.fields(WarmupConfig).on_error.default in _envs.ON_ERROR_MODES
     literal = re.compile(r"""\(\s*["'](off|raise|auto)["'],\s*["']""")
-    for path in (ROOT / "warmkit").glob("*.py"):
+    for path in (ROOT / "warmkit").rglob("*.py"):
         if path.name != "_envs.py":
             assert not literal.search(path.read_text()), f"{path.name} spells a mode tuple again"
 

@@ -224,3 +224,48 @@ def test_warmkit_run_names_a_command_it_cannot_run(tmp_path: Path, command: str)
         assert proc.returncode != 0
         assert f"cannot run {cmd!r}: {why}" in proc.stderr, proc.stderr
         assert proc.stderr.count("cannot run") == 1
+
+
+@pytest.fixture(scope="module")
+def python_without_warmkit(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A Python that runs the hook (it reads PYTHONPATH) but cannot import warmkit: a bare venv."""
+    where = tmp_path_factory.mktemp("bare") / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(where)], check=True)
+    python = str(where / "bin" / "python")
+    probe = subprocess.run(
+        [python, "-c", "import warmkit"], cwd=where, capture_output=True, text=True, check=False
+    )
+    if probe.returncode == 0:  # warmkit is installed for the base interpreter too
+        pytest.skip("every Python here can import warmkit")
+    return python
+
+
+def test_a_command_whose_python_cannot_import_warmkit_does_not_run_unwarmed(
+    tmp_path: Path, python_without_warmkit: str
+) -> None:
+    """`warmkit run -- python serve.py` with `python` outside warmkit's environment (a pipx
+    install): Python printed "Error in sitecustomize" and ran the command unwarmed, exit 0.
+    The hook names both interpreters and the command does not run; its own Python children
+    that lack warmkit are told so and run (a helper tool must not die of it)."""
+    manifest = warmkit.WarmupRegistry().save(tmp_path / "empty.json")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WARMKIT_")}
+    env.pop("PYTHONPATH", None)
+    proc = subprocess.run(
+        [sys.executable, "-m", "warmkit", "run", "-m", str(manifest), "--",
+         python_without_warmkit, "-c", "print('command ran')"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 1 and "command ran" not in proc.stdout, (proc.stdout, proc.stderr)
+    assert proc.stderr.count("cannot import warmkit") == 1, proc.stderr
+    assert f"this Python ({python_without_warmkit})" in proc.stderr
+    assert f"({sys.executable})" in proc.stderr and "The command did not run." in proc.stderr
+    assert "Error in sitecustomize" not in proc.stderr and "Traceback" not in proc.stderr
+
+    child = f"import subprocess; subprocess.run([{python_without_warmkit!r}, '-c', 'print(7)'])"
+    proc = subprocess.run(
+        [sys.executable, "-m", "warmkit", "run", "-m", str(manifest), "--",
+         sys.executable, "-c", child],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0 and proc.stdout.split() == ["7"], (proc.stdout, proc.stderr)
+    assert WARMED in proc.stderr and "It runs without warmkit." in proc.stderr

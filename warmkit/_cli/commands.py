@@ -516,6 +516,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if not manifest.is_file():
         raise FileNotFoundError(f"manifest {args.manifest!r} does not exist")
     env = dict(os.environ, WARMKIT_MANIFEST=str(manifest.absolute()))
+    # The command becomes this process (exec): a hook that cannot import warmkit knows it by
+    # this pid, and stops it rather than run it unwarmed (hook/sitecustomize.py).
+    env["WARMKIT_COMMAND_PID"] = str(os.getpid())
     if args.monitor:
         env["WARMKIT_MONITOR"] = args.monitor
     if args.record:

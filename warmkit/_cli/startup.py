@@ -54,6 +54,7 @@ def hook_environment(env: dict[str, str]) -> dict[str, str]:
     env = dict(env)
     old = env.get("PYTHONPATH")
     env["PYTHONPATH"] = HOOK_DIR if not old else HOOK_DIR + os.pathsep + old
+    env["WARMKIT_PYTHON"] = sys.executable  # named by a hook that cannot import warmkit
     return env
 
 
