@@ -269,3 +269,37 @@ def test_a_command_whose_python_cannot_import_warmkit_does_not_run_unwarmed(
     )  # fmt: skip
     assert proc.returncode == 0 and proc.stdout.split() == ["7"], (proc.stdout, proc.stderr)
     assert WARMED in proc.stderr and "It runs without warmkit." in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("cmd", "flag"),
+    [
+        (["python", "-I", "serve.py"], "-I"),
+        (["python3.12", "-uE", "serve.py"], "-E"),
+        (["/usr/bin/python3", "-W", "error", "-S", "-m", "vllm"], "-S"),
+        (["python", "-Xdev", "-s", "serve.py"], None),  # -s: no user site; PYTHONPATH is read
+        (["python", "-c", "import sys; sys.argv", "-I"], None),  # the program's own arguments
+        (["python", "serve.py", "-I"], None),
+        (["python", "-X", "E", "serve.py"], None),  # -X's value, not an option
+        (["bash", "-E", "run.sh"], None),  # not Python: its options are its own
+    ],
+)
+def test_hookless_python_reads_pythons_own_options(cmd: list[str], flag: str | None) -> None:
+    from warmkit._cli.startup import hookless_python
+
+    assert hookless_python(cmd) == flag
+
+
+@pytest.mark.parametrize("command", ["run", "record"])
+def test_warmkit_run_refuses_a_python_that_would_skip_the_hook(tmp_path: Path, command: str):
+    """`python -I` ignores PYTHONPATH: the command would have run unwarmed (or unrecorded)."""
+    manifest = warmkit.WarmupRegistry().save(tmp_path / "empty.json")
+    args = ["-m", str(manifest)] if command == "run" else ["-o", str(tmp_path / "rec.json")]
+    proc = subprocess.run(
+        [sys.executable, "-m", "warmkit", command, *args, "--",
+         sys.executable, "-I", "-c", "print('command ran')"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert proc.returncode != 0 and "command ran" not in proc.stdout, proc.stdout
+    assert proc.stderr.count("runs Python with -I") == 1, proc.stderr
+    assert "drop -I" in proc.stderr and not (tmp_path / "rec.json").exists()

@@ -25,6 +25,7 @@ import importlib.machinery
 import importlib.util
 import logging
 import os
+import re
 import sys
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -262,6 +263,42 @@ def record_refusal(env: Mapping[str, str]) -> str | None:
             "nothing would be recorded; unset TRITON_INTERPRET and record on a GPU host "
             "(docs/record.md, 'What recording needs')"
         )
+    return None
+
+
+#: Python's options that keep ``sitecustomize`` from running: ``-S`` (no ``site``), ``-E`` and
+#: ``-I`` (``PYTHONPATH`` ignored, so the hook's folder is never on ``sys.path``).
+_NO_HOOK_OPTIONS = frozenset("ESI")
+#: Python's options that take a value (``-W error``, ``-Xdev``) and the ones after which the
+#: arguments are the program's (``-c CODE``, ``-m MODULE``).
+_VALUED_OPTIONS, _LAST_OPTIONS = frozenset("WX"), frozenset("cm")
+
+
+def hookless_python(cmd: list[str]) -> str | None:
+    """The option of ``cmd``, a Python command line, that keeps warmkit's startup hook out, or None.
+
+    ``python -I serve.py`` ignores ``PYTHONPATH`` and ``python -S`` skips ``site``: the
+    command would run without the hook, unwarmed and unrecorded, and nothing would
+    say so. Only a command that *is* Python is read (``python``, ``python3.12``); a
+    script that runs Python with such options is beyond what a command line shows.
+    """
+    if not re.fullmatch(r"python[0-9.]*", os.path.basename(cmd[0])):
+        return None
+    args = iter(cmd[1:])
+    for arg in args:
+        if arg == "-" or not arg.startswith("-") or arg.startswith("--"):
+            if arg.startswith("--") and arg != "--":
+                continue  # --check-hash-based-pycs MODE and the like: long options, no hook flag
+            return None  # the script, stdin or the end of the options
+        for i, flag in enumerate(arg[1:], 1):
+            if flag in _NO_HOOK_OPTIONS:
+                return f"-{flag}"
+            if flag in _LAST_OPTIONS:
+                return None
+            if flag in _VALUED_OPTIONS:
+                if i == len(arg) - 1:
+                    next(args, None)  # the value is the next argument
+                break
     return None
 
 
