@@ -12,8 +12,10 @@
 #           ln -s /tmp/dsl .whl-dsl && bash benchmarks/dsl_gpu_session.sh libs
 #           TileLang's rows of benchmarks/real_libraries.py (~4-5 min): its warm restarts and a
 #           bundle against TileLang alone on its warm cache (the wheels are installed once),
-#           then dsl_startup.py (B2 for TileLang: a warm restart against a cold start). With
-#           little device time left, call 3 can run `libs` instead, without the GPU tests.
+#           then dsl_startup.py (B2 for TileLang: a warm restart against a cold start). It needs
+#           folders 1 and 2 only: with little device time left, call 2 can run it instead
+#           (cp -r .whl-dsl/2 /tmp/dsl/ && rm -rf .whl-dsl && ln -s /tmp/dsl .whl-dsl && ...),
+#           and a later full session installs again (rm /tmp/site-dsl/.installed first).
 # It reassembles the split wheel, installs everything into /tmp/site-dsl, runs the DSL GPU tests,
 # installs the CPU-built bundle into an empty cache (new process: 0 compiles), and the
 # measurements of benchmarks/dsl_startup.py. Everything lands in $OUT/dsl-results.tar.gz.
@@ -22,12 +24,17 @@ export PYTHONUNBUFFERED=1
 OUT=${OUT:-out/dsl}
 RES=$(mktemp -d)
 mkdir -p "$OUT" /tmp/whl-dsl
-for d in .whl-dsl/1 .whl-dsl/2 .whl-dsl/3; do
+# `libs` needs TileLang only: folders 1 and 2 (folder 3 is the rest of CuTe DSL's libraries).
+needed=".whl-dsl/1 .whl-dsl/2"
+[ "${1:-}" = libs ] || needed="$needed .whl-dsl/3"
+for d in $needed; do
     [ -d "$d" ] || { echo "missing $d: carry it in an earlier call of this warm machine"; exit 1; }
 done
 cp .whl-dsl/1/*.whl .whl-dsl/2/*.whl /tmp/whl-dsl/
-cat .whl-dsl/2/*.part00 .whl-dsl/3/*.part01 .whl-dsl/3/*.part02 \
-    > "/tmp/whl-dsl/$(basename .whl-dsl/2/*.part00 .part00)"
+if [ -d .whl-dsl/3 ]; then
+    cat .whl-dsl/2/*.part00 .whl-dsl/3/*.part01 .whl-dsl/3/*.part02 \
+        > "/tmp/whl-dsl/$(basename .whl-dsl/2/*.part00 .part00)"
+fi
 # Byte-compiled, as a user's `pip install` is: the host may set PYTHONDONTWRITEBYTECODE, and
 # then every process would compile warmkit and the carried libraries from source again.
 # Once per warm machine: a later call (`libs`) finds them installed.
