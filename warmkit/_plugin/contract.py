@@ -53,6 +53,7 @@ __all__ = [
     "TileLangStubBackend",
     "TunedResults",
     "TuningPlan",
+    "cuda_capability",
     "current_target",
     "entry_check",
     "missing_members",
@@ -232,6 +233,37 @@ class Target:
 
 #: a GPU driver's device nodes: NVIDIA's (native; WSL2's /dev/dxg) and ROCm's
 _GPU_NODES = ("/dev/nvidiactl", "/dev/dxg", "/dev/kfd")
+
+# CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, _MINOR (cuda.h)
+_CC_MAJOR, _CC_MINOR = 75, 76
+
+
+def cuda_capability() -> tuple[int, int] | None:
+    """Device 0's compute capability, ``(9, 0)`` on an H100, from libcuda; else None.
+
+    Every DSL names its local target through torch, whose import alone took 1.8 s
+    of a ``bundle install`` on an H100 for two numbers the driver gives in
+    milliseconds. libcuda counts devices as torch does (``CUDA_VISIBLE_DEVICES``),
+    and device 0 is the current device of a process that has not imported torch;
+    a plugin whose process has imported it asks torch, whose current device may
+    differ. None without libcuda or a device (an AMD host, a CPU box).
+    """
+    import ctypes  # here: 2 ms of ``import warmkit`` otherwise (B7)
+
+    try:
+        lib = ctypes.CDLL("libcuda.so.1")
+        count, dev, major, minor = (ctypes.c_int() for _ in range(4))
+        if lib.cuInit(0) or lib.cuDeviceGetCount(ctypes.byref(count)) or count.value < 1:
+            return None
+        if lib.cuDeviceGet(ctypes.byref(dev), 0):
+            return None
+        if lib.cuDeviceGetAttribute(
+            ctypes.byref(major), _CC_MAJOR, dev
+        ) or lib.cuDeviceGetAttribute(ctypes.byref(minor), _CC_MINOR, dev):
+            return None
+    except (OSError, AttributeError):
+        return None
+    return major.value, minor.value
 
 
 @functools.cache

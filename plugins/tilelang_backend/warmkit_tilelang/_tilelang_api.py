@@ -128,10 +128,21 @@ def cuda_target(capability: tuple[int, int]) -> dict[str, str]:
     built on a CPU host for ``(9, 0)`` is the key an H100/H200 builds. A plain
     ``sm_90`` target would fail on ``warpgroup_reg_alloc``.
     """
+    if "tilelang" not in sys.modules:  # a bundle's install or check: no import (seconds)
+        major, minor = capability
+        return {"kind": "cuda", "arch": f"sm_{_target_arch_unimported(major, minor)}"}
     require_tilelang()
     from tilelang.contrib import nvcc
 
     return {"kind": "cuda", "arch": f"sm_{nvcc.get_target_arch(capability)}"}
+
+
+def _target_arch_unimported(major: int, minor: int) -> str:
+    """``nvcc.get_target_arch((major, minor))`` as TileLang 0.1.15 computes it, no import.
+
+    ``test_cache_no_import`` checks both agree for every capability TileLang targets.
+    """
+    return f"{major * 10 + minor}{'a' if major >= 9 else ''}"
 
 
 # -- the disk cache -------------------------------------------------------------------------
@@ -145,7 +156,12 @@ def _kernel_cache_class() -> Any:  # tilelang is untyped
 
 
 def cache_namespace() -> str:
-    """``<version>/<os>-<machine>``: the part of the cache path below ``TILELANG_CACHE_DIR``."""
+    """``<version>/<os>-<machine>``: the part of the cache path below ``TILELANG_CACHE_DIR``.
+
+    Before TileLang is imported, computed without importing it, as :func:`kernels_dir`.
+    """
+    if "tilelang" not in sys.modules:
+        return _namespace_unimported()
     return str(_kernel_cache_class()._get_cache_namespace())
 
 
@@ -166,15 +182,19 @@ def _sanitize(component: str) -> str:  # KernelCache._sanitize_path_component, 0
     return sanitized.strip("._-") or "unknown"
 
 
-def _kernels_dir_unimported() -> Path:
-    """``kernels_dir()`` as TileLang 0.1.15 computes it (``KernelCache._get_cache_root``), no import."""
+def _namespace_unimported() -> str:
+    """``cache_namespace()`` as TileLang 0.1.15 computes it (``KernelCache._get_cache_namespace``)."""
     public, sep, local = tilelang_version().partition("+")  # _format_version_namespace
     version = _sanitize(public)
     local = "".join(ch if ch.isalnum() else "_" for ch in local).strip("_") if sep else ""
     version = f"{version}_{local}" if local else version
+    return f"{version}/{_sanitize(sys.platform)}-{_sanitize(platform.machine())}"
+
+
+def _kernels_dir_unimported() -> Path:
+    """``kernels_dir()`` as TileLang 0.1.15 computes it (``KernelCache._get_cache_root``), no import."""
     base = os.environ.get("TILELANG_CACHE_DIR") or os.path.expanduser("~/.tilelang/cache")
-    host = f"{_sanitize(sys.platform)}-{_sanitize(platform.machine())}"
-    return (Path(base) / version / host / "kernels").resolve()
+    return (Path(base) / _namespace_unimported() / "kernels").resolve()
 
 
 def _cache_dir_var() -> Any:

@@ -30,12 +30,11 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from warmkit._plugin.contract import cuda_capability
+
 __all__ = ["capability", "start_context"]
 
 logger = logging.getLogger(__name__)
-
-# CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, _MINOR (cuda.h)
-_CC_MAJOR, _CC_MINOR = 75, 76
 
 
 def _libcuda() -> Any:
@@ -46,24 +45,10 @@ def _libcuda() -> Any:
 def capability() -> int | None:
     """Device 0's compute capability as Triton spells it (90 on an H100), from libcuda; else None.
 
-    libcuda counts devices as torch does (``CUDA_VISIBLE_DEVICES``); device 0
-    is the current device of a process that has not imported torch. None
-    without libcuda or a device (an AMD host, a CPU box).
+    ``warmkit._plugin.contract.cuda_capability``, which every DSL plugin shares.
     """
-    try:
-        lib = _libcuda()
-        count, dev, major, minor = (ctypes.c_int() for _ in range(4))
-        if lib.cuInit(0) or lib.cuDeviceGetCount(ctypes.byref(count)) or count.value < 1:
-            return None
-        if lib.cuDeviceGet(ctypes.byref(dev), 0):
-            return None
-        if lib.cuDeviceGetAttribute(
-            ctypes.byref(major), _CC_MAJOR, dev
-        ) or lib.cuDeviceGetAttribute(ctypes.byref(minor), _CC_MINOR, dev):
-            return None
-    except (OSError, AttributeError):
-        return None
-    return major.value * 10 + minor.value
+    cc = cuda_capability()
+    return None if cc is None else cc[0] * 10 + cc[1]
 
 
 def start_context(device: int) -> Callable[[], bool]:
