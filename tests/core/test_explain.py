@@ -98,3 +98,33 @@ def test_save_writes_pins_and_a_failed_pin_saves_the_manifest_unpinned(tmp_path,
         f"kernel {ScaleKernel.name}: its identity cannot be pinned in the manifest "
         "(RuntimeError: Unsupported function referenced: <lambda>)"
     ) in caplog.text
+
+
+def test_a_manifest_whose_backends_pin_nothing_builds_without_the_predates_pins_warning(
+    tmp_path, caplog
+):
+    """TileLang's and CuTe DSL's backends pin nothing: their manifests were saved without
+    ``pins`` and every ahead-of-time build told the user it predated pins and to save it
+    again. Saved now with empty pins, they build quietly; a failed pin still warns."""
+    from warmkit._registry.identity import pins_scope
+
+    reg = warmkit.WarmupRegistry()
+    reg.add(ScaleKernel, n=64)
+    config = warmkit.WarmupConfig(target="cuda:90", progress="off")
+    with backend_override("fake", FakeBackend()):  # implements no PinsIdentity
+        saved = reg.save(tmp_path / "m.json")
+        assert json.loads(saved.read_text())["pins"] == {}
+        loaded = warmkit.WarmupRegistry.load(saved)
+        with pins_scope(loaded, config):
+            pass
+        assert loaded.to_dict()["pins"] == {}  # and a re-save keeps it
+    with backend_override("fake", _Pinning()):
+        _Pinning.fail = True
+        try:
+            failed = warmkit.WarmupRegistry.load(reg.save(tmp_path / "n.json"))
+        finally:
+            _Pinning.fail = False
+        assert "no pinned identity" not in caplog.text
+        with pins_scope(failed, config):
+            pass
+    assert caplog.text.count("this manifest has no pinned identity") == 1

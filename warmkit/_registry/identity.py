@@ -9,8 +9,10 @@ warmup or bundle build of that manifest makes them available to the backend
 through :func:`pinned_identity` while it compiles, so an ahead-of-time build
 reproduces them or refuses the key (``docs/bundles.md``).
 
-A manifest without ``pins`` (written before they existed) builds as before,
-with the build host's values, and the build says so once (a warning).
+A manifest without ``pins`` (written before they existed, or where a kernel's
+identity could not be taken) builds as before, with the build host's values,
+and the build says so once (a warning). One whose kernels' backends pin
+nothing has an empty ``pins`` and builds quietly.
 """
 
 from __future__ import annotations
@@ -90,8 +92,9 @@ def pins_scope(registry: Any, config: Any) -> Iterator[None]:
     if target is not None and loaded is None and getattr(registry, "loaded", False):
         logger.warning(
             "warmkit: this manifest has no pinned identity (it was saved before warmkit pinned "
-            "kernels' globals): its kernels are built for %s with this host's global values, "
-            "which may differ from the serving host's; save it again to pin them",
+            "kernels' globals, or where a kernel's identity could not be taken): its kernels "
+            "are built for %s with this host's global values, which may differ from the "
+            "serving host's; save it again on the serving host's software to pin them",
             target,
         )
     token = _active.set((declared, bool(declared) or recorded))
@@ -117,16 +120,19 @@ def kernel_pins(cls: type) -> Mapping[str, Any] | None:
         return None
 
 
-def manifest_pins(registry: Any) -> dict[str, Any]:
-    """``{kernel name: pins}`` for the declared kernels of ``registry``, from their backends.
+def manifest_pins(registry: Any) -> tuple[dict[str, Any], bool]:
+    """``{kernel name: pins}`` for the declared kernels of ``registry``, and whether it is complete.
 
-    A kernel whose backend does not pin (or is not installed) has no entry;
-    one whose identity cannot be taken (the backend raised) neither, with a
-    warning naming it: its keys then build with the build host's values.
+    A kernel whose backend does not pin has no entry, and the pins are complete
+    without it (TileLang, CuTe DSL: nothing host-dependent to pin). One whose
+    backend is not installed, or whose identity cannot be taken (the backend
+    raised, with a warning naming it), has none either, and the pins are then
+    not complete: its keys build with the build host's values.
     """
     from .._plugin.discovery import get_backend
 
     out: dict[str, Any] = {}
+    complete = True
     seen: set[type] = set()
     for reg in registry:
         cls = reg.kernel_cls
@@ -137,6 +143,7 @@ def manifest_pins(registry: Any) -> dict[str, Any]:
             backend = get_backend(cls.backend, kernel=cls.name)
         except Exception as exc:  # noqa: BLE001 -- a missing backend pins nothing; the build says why
             logger.debug("kernel %s: not pinned, its backend does not load: %s", reg.kernel, exc)
+            complete = False
             continue
         pinner = capability(backend, PinsIdentity)
         if pinner is None:
@@ -151,7 +158,8 @@ def manifest_pins(registry: Any) -> dict[str, Any]:
                 type(exc).__name__,
                 exc,
             )
+            complete = False
             continue
         if pins is not None:
             out[reg.kernel] = {"backend": cls.backend, **pins}
-    return dict(sorted(out.items()))
+    return dict(sorted(out.items())), complete

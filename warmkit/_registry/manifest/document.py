@@ -72,7 +72,7 @@ class Registry(Protocol):
 def manifest_dict(registry: Registry) -> dict[str, Any]:
     """The manifest as JSON-ready data (``recorded`` grouped, as version 2 writes it)."""
     out = declared_dict(registry)
-    if registry.pins:
+    if registry.pins is not None:  # a loaded manifest's, even empty (see manifest_file)
         out["pins"] = registry.pins
     recorded = registry.recorded()
     if recorded:
@@ -140,8 +140,13 @@ def manifest_file(registry: Registry, path: Path) -> None:
     data = declared_dict(registry)
     # This host's identity of each kernel, except what a loaded manifest pinned (the
     # host it was saved on): re-saving elsewhere must not re-pin another host's values.
-    pins = {**manifest_pins(registry), **(registry.pins or {})}
-    if pins:
+    taken, complete = manifest_pins(registry)
+    pins = {**taken, **(registry.pins or {})}
+    # Written even empty when every kernel's identity was taken: an ahead-of-time build of a
+    # manifest without ``pins`` warns that it builds with its host's values, which is news
+    # for one that predates pins or whose pinning failed, and wrong for one whose kernels'
+    # backends pin nothing (TileLang, CuTe DSL): it told their users to save it again.
+    if pins or complete or registry.pins is not None:
         data["pins"] = dict(sorted(pins.items()))
     text = manifest_text(data, written_groups(registry.recorded()))
     path.parent.mkdir(parents=True, exist_ok=True)
