@@ -442,16 +442,9 @@ def _command(args: argparse.Namespace) -> list[str]:
         raise ValueError(
             f"warmkit {args.command}: give the command after --, e.g. -- python serve.py"
         )
-    from .startup import hookless_python
+    from .startup import refuse_hookless
 
-    flag = hookless_python(cmd)
-    if flag is not None:
-        doing = "warm anything up" if args.command == "run" else "record anything"
-        raise ValueError(
-            f"warmkit {args.command}: the command runs Python with {flag}, which keeps warmkit's "
-            f"startup hook out (-S skips site, -E and -I ignore PYTHONPATH), so it could not "
-            f"{doing}; drop {flag}, or call warmkit.warmup() in the command's own code"
-        )
+    refuse_hookless(args.command, cmd)
     return cmd
 
 

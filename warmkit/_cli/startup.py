@@ -38,9 +38,11 @@ from .._exceptions import not_in_report
 __all__ = [
     "exec_under_hook",
     "hook_environment",
+    "hookless_python",
     "main",
     "nothing_recorded_hint",
     "record_refusal",
+    "refuse_hookless",
     "run_under_hook",
 ]
 
@@ -300,6 +302,23 @@ def hookless_python(cmd: list[str]) -> str | None:
                     next(args, None)  # the value is the next argument
                 break
     return None
+
+
+def refuse_hookless(command: str, cmd: list[str]) -> None:
+    """Refuse ``warmkit run``/``record`` of a Python command line that keeps the hook out.
+
+    Raises:
+        ValueError: ``cmd`` is Python started with ``-I``, ``-E`` or ``-S`` (the message
+            names the option and how to do without it).
+    """
+    flag = hookless_python(cmd)
+    if flag is not None:
+        doing = "warm anything up" if command == "run" else "record anything"
+        raise ValueError(
+            f"warmkit {command}: the command runs Python with {flag}, which keeps warmkit's "
+            f"startup hook out (-S skips site, -E and -I ignore PYTHONPATH), so it could not "
+            f"{doing}; drop {flag}, or call warmkit.warmup() in the command's own code"
+        )
 
 
 def nothing_recorded_hint(exit_code: int) -> str | None:
