@@ -135,6 +135,28 @@ def timed_warmup(registry: Any, target: str, jobs: int, profile_to: str | None) 
     }
 
 
+def tilelang_program() -> Any:
+    """``warmkit_tilelang``'s GEMM program module, loaded from its file: TileLang alone.
+
+    Importing ``warmkit_tilelang._gemm_program`` would import the package, and with it
+    warmkit: a row of TileLang alone must not. ``find_spec`` finds the package and runs
+    nothing of it.
+    """
+    import importlib.util
+
+    spec = importlib.util.find_spec("warmkit_tilelang")
+    path = Path(next(iter(spec.submodule_search_locations))) / "_gemm_program.py"
+    prog_spec = importlib.util.spec_from_file_location("benchmarks_tilelang_gemm", path)
+    prog = importlib.util.module_from_spec(prog_spec)
+    prog_spec.loader.exec_module(prog)
+    return prog
+
+
+def tiled_gemm_args(m: int, n: int, k: int) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """``TiledGemm.dispatch`` and ``compile_args`` for fp16, spelled out: the same key, no warmkit."""
+    return (m, n, k, 64 if m <= 64 else 128, 128, 32, 3, 128), {"dtype": "float16"}
+
+
 def take_turns(
     rows: Sequence[str],
     runs: int,

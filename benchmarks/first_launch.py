@@ -157,9 +157,8 @@ class _LaunchClock:
         self.ns = 0
         self.run_ns = 0
         for kernel in kernels:
-            kernel.run = self._wrap(
-                kernel.run, "run_ns"
-            )  # an instance attribute: self.run finds it
+            # an instance attribute: the kernel's own `self.run(...)` finds it first
+            kernel.run = self._wrap(kernel.run, "run_ns")
             for executor in kernel.executors.values():
                 if hasattr(executor, "_go"):  # a direct launch (else fn[grid]: all "Python")
                     executor._go = self._wrap(executor._go, "ns")
@@ -392,12 +391,16 @@ def _profile(samples: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _profile_cells(prof: dict[str, Any]) -> tuple[str, ...]:
-    first, steady, flush = prof["first"], prof["steady"], prof["after_flush"]
+    first = prof["first"]
+
+    def three(part: str) -> str:  # first / steady / after flush
+        return " / ".join(f"{prof[when][part]:.1f}" for when in ("first", "steady", "after_flush"))
+
     return (
-        f"{first['python_us']:.1f} / {steady['python_us']:.1f} / {flush['python_us']:.1f}",
-        f"{first['caller_us']:.1f} / {steady['caller_us']:.1f} / {flush['caller_us']:.1f}",
-        " / ".join(f"{part['run_python_us']:.1f}" for part in (first, steady, flush)),
-        f"{first['launch_us']:.1f} / {steady['launch_us']:.1f} / {flush['launch_us']:.1f}",
+        three("python_us"),
+        three("caller_us"),
+        three("run_python_us"),
+        three("launch_us"),
         f"{first['faults']:.0f} (max {first['faults_max']})",
         f"{first['switches']:.0f} (max {first['switches_max']})",
         f"{first['thread_cpu_us']:.1f} / {first['cpu_us']:.1f}",

@@ -32,7 +32,6 @@ process (the compile runs in the calling thread), not a sample.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import statistics
@@ -59,14 +58,11 @@ def _tilelang_child(shapes: list[tuple[int, int, int]], target: str) -> dict[str
     """TileLang alone: the program loaded from its file, so that warmkit is never imported."""
     t0 = time.perf_counter()
     import tilelang
+    from _common import tiled_gemm_args, tilelang_program
     from tilelang.cache.kernel_cache import KernelCache
     from tilelang.contrib import nvcc
 
-    spec = importlib.util.find_spec("warmkit_tilelang")  # finds the package, runs nothing
-    path = Path(next(iter(spec.submodule_search_locations))) / "_gemm_program.py"
-    prog_spec = importlib.util.spec_from_file_location("tilelang_hit_gemm", path)
-    prog = importlib.util.module_from_spec(prog_spec)
-    prog_spec.loader.exec_module(prog)
+    prog = tilelang_program()
     import_s = time.perf_counter() - t0
     tl_target = {"kind": "cuda", "arch": f"sm_{nvcc.get_target_arch(_capability(target))}"}
     loads: list[bool] = []
@@ -80,9 +76,10 @@ def _tilelang_child(shapes: list[tuple[int, int, int]], target: str) -> dict[str
     KernelCache._load_kernel_from_disk = counted
     fn, keys = prog.tiled_gemm, []
     t_all = time.perf_counter()
-    for m, n, k in shapes:  # TiledGemm.dispatch and compile_args, spelled out
+    for m, n, k in shapes:
         t0 = time.perf_counter()
-        prim = fn.get_tir(m, n, k, 64 if m <= 64 else 128, 128, 32, 3, 128, dtype="float16")
+        args, kwargs = tiled_gemm_args(m, n, k)
+        prim = fn.get_tir(*args, **kwargs)
         t1 = time.perf_counter()
         kernel = tilelang.compile(prim, out_idx=[len(prim.params) - 1], target=tl_target)
         t2 = time.perf_counter()
