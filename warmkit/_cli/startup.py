@@ -288,9 +288,9 @@ def hookless_python(cmd: list[str]) -> str | None:
         return None
     args = iter(cmd[1:])
     for arg in args:
-        if arg == "-" or not arg.startswith("-") or arg.startswith("--"):
-            if arg.startswith("--") and arg != "--":
-                continue  # --check-hash-based-pycs MODE and the like: long options, no hook flag
+        if arg.startswith("--") and arg != "--":
+            continue  # --check-hash-based-pycs MODE and the like: long options, no hook flag
+        if arg in ("-", "--") or not arg.startswith("-"):
             return None  # the script, stdin or the end of the options
         for i, flag in enumerate(arg[1:], 1):
             if flag in _NO_HOOK_OPTIONS:

@@ -248,6 +248,8 @@ def cuda_capability() -> tuple[int, int] | None:
     a plugin whose process has imported it asks torch, whose current device may
     differ. None without libcuda or a device (an AMD host, a CPU box).
     """
+    if no_gpu_device():
+        return None
     import ctypes  # here: 2 ms of ``import warmkit`` otherwise (B7)
 
     try:

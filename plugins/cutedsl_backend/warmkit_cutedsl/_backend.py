@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from warmkit import BackendStatus, Target
-from warmkit._plugin.contract import cuda_capability, no_gpu_device
+from warmkit._plugin.contract import cuda_capability
 
 from . import _cute_api as api
 from . import _hooks
@@ -70,7 +70,7 @@ def _device_target() -> str | None:
     if "torch" not in sys.modules:
         # Known without importing torch (1.5-1.8 s of a `bundle install`), from libcuda on a
         # GPU host: device 0 is torch's current device until torch is imported and told otherwise.
-        cc = None if no_gpu_device() else cuda_capability()
+        cc = cuda_capability()
         return None if cc is None else f"cuda:{cc[0]}{cc[1]}"
     try:
         import torch

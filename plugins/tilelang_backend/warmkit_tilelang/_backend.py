@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from warmkit import BackendStatus, Target
-from warmkit._plugin.contract import cuda_capability, no_gpu_device
+from warmkit._plugin.contract import cuda_capability
 
 from . import _hooks
 from . import _tilelang_api as api
@@ -70,7 +70,7 @@ def _device_capability() -> tuple[int, int] | None:
         # Known without importing torch: 1.5 s of a CPU host's command, and of a GPU host's
         # `bundle install` (the driver answers in milliseconds; device 0 is torch's current
         # device until torch is imported and told otherwise).
-        return None if no_gpu_device() else cuda_capability()
+        return cuda_capability()
     try:
         import torch
 
