@@ -168,7 +168,7 @@ def test_the_early_cuda_start_creates_the_context_and_its_release_gives_it_back(
     # must leave the driver as it found it (the retain count back to 0: context gone).
     code = """
 import ctypes, time
-from warmkit_triton import _cuda
+from warmkit._plugin.cuda import start_context
 lib = ctypes.CDLL("libcuda.so.1")
 assert lib.cuInit(0) == 0
 def active():
@@ -176,7 +176,7 @@ def active():
     assert lib.cuDevicePrimaryCtxGetState(0, ctypes.byref(flags), ctypes.byref(on)) == 0
     return on.value
 before = active()
-release = _cuda.start_context(0)
+release = start_context(0)
 deadline = time.monotonic() + 60
 while not active() and time.monotonic() < deadline:
     time.sleep(0.001)

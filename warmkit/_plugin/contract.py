@@ -16,7 +16,6 @@ must pass.
 from __future__ import annotations
 
 import contextlib
-import functools
 import inspect
 import os
 import re
@@ -30,6 +29,7 @@ import attrs
 
 from .._exceptions import BackendNotImplementedError
 from .components import capability, component
+from .cuda import cuda_capability, early_context, no_gpu_device
 
 __all__ = [
     "Backend",
@@ -55,6 +55,7 @@ __all__ = [
     "TuningPlan",
     "cuda_capability",
     "current_target",
+    "early_context",
     "entry_check",
     "missing_members",
     "no_gpu_device",
@@ -229,63 +230,6 @@ class Target:
 
     def __str__(self) -> str:
         return f"{self.platform}:{self.arch}"
-
-
-#: a GPU driver's device nodes: NVIDIA's (native; WSL2's /dev/dxg) and ROCm's
-_GPU_NODES = ("/dev/nvidiactl", "/dev/dxg", "/dev/kfd")
-
-# CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, _MINOR (cuda.h)
-_CC_MAJOR, _CC_MINOR = 75, 76
-
-
-def cuda_capability() -> tuple[int, int] | None:
-    """Device 0's compute capability, ``(9, 0)`` on an H100, from libcuda; else None.
-
-    Every DSL names its local target through torch, whose import alone took 1.8 s
-    of a ``bundle install`` on an H100 for two numbers the driver gives in
-    milliseconds. libcuda counts devices as torch does (``CUDA_VISIBLE_DEVICES``),
-    and device 0 is the current device of a process that has not imported torch;
-    a plugin whose process has imported it asks torch, whose current device may
-    differ. None without libcuda or a device (an AMD host, a CPU box).
-    """
-    if no_gpu_device():
-        return None
-    import ctypes  # here: 2 ms of ``import warmkit`` otherwise (B7)
-
-    try:
-        lib = ctypes.CDLL("libcuda.so.1")
-        count, dev, major, minor = (ctypes.c_int() for _ in range(4))
-        if lib.cuInit(0) or lib.cuDeviceGetCount(ctypes.byref(count)) or count.value < 1:
-            return None
-        if lib.cuDeviceGet(ctypes.byref(dev), 0):
-            return None
-        if lib.cuDeviceGetAttribute(
-            ctypes.byref(major), _CC_MAJOR, dev
-        ) or lib.cuDeviceGetAttribute(ctypes.byref(minor), _CC_MINOR, dev):
-            return None
-    except (OSError, AttributeError):
-        return None
-    return major.value, minor.value
-
-
-@functools.cache
-def no_gpu_device() -> bool:
-    """Whether this host has no GPU at all: no NVIDIA or ROCm device node and no ``libcuda.so.1``.
-
-    Known in about a millisecond, where asking torch (every plugin's way to name
-    the local device) imports it first: 1.5 s of every ``bundle install``,
-    ``explain`` or ``record`` on a CPU build host. True only when neither
-    driver could be present; a host where it is False asks its DSL as before.
-    """
-    if any(os.path.exists(node) for node in _GPU_NODES):
-        return False
-    import ctypes  # here: 2 ms of ``import warmkit`` otherwise (B7)
-
-    try:
-        ctypes.CDLL("libcuda.so.1")
-    except OSError:
-        return True
-    return False
 
 
 @attrs.frozen

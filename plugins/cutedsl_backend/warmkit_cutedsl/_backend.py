@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from warmkit import BackendStatus, Target
-from warmkit._plugin.contract import cuda_capability
+from warmkit._plugin.contract import cuda_capability, early_context
 
 from . import _cute_api as api
 from . import _hooks
@@ -143,9 +143,14 @@ class CuteDSLBackend:
     def compile_scope(
         self, target: str | None, jobs: int
     ) -> contextlib.AbstractContextManager[object]:
+        """Check the target string early; a device warmup starts CUDA beside CuTe DSL's import.
+
+        The start (``early_context``) overlaps the driver's and the device's start
+        with the imports the first key makes (CuTe DSL's, torch's), not after them.
+        """
         if target is not None:
             _arch(target)
-        return contextlib.nullcontext()
+        return early_context(target is None)
 
     # -- compiling ---------------------------------------------------------------------------
 

@@ -37,6 +37,7 @@ from typing import Any
 import attrs
 
 from warmkit import current_fleet, pinning
+from warmkit._plugin.contract import early_context
 
 from . import _autotune, _cuda, _envs, _hooks, _pins, _setup, _stack, _torch_start, _tuned
 from . import _triton_api as api
@@ -134,17 +135,6 @@ def device_target() -> str | None:
     return f"{target.backend}:{target.arch}"
 
 
-def _torch_cuda_started() -> bool:
-    """Whether torch's CUDA has started (or may have: torch half imported), so its device is known."""
-    torch = sys.modules.get("torch")
-    if torch is None:
-        return False
-    try:
-        return bool(torch.cuda.is_initialized())
-    except Exception:  # noqa: BLE001 - torch still importing in another thread: leave it be
-        return True
-
-
 class TritonCompiler:
     """Compile scopes, device and ahead-of-time compiles, and the cache redirect of one backend.
 
@@ -213,10 +203,8 @@ class TritonCompiler:
         tgt = parse_target(target) if target is not None else None
         scope = _Scope(target=tgt, jobs=max(1, int(jobs)))
         with contextlib.ExitStack() as stack:
-            if tgt is None and not api.interpreting() and not _torch_cuda_started():
-                # the CUDA start beside the imports below, not after them (_cuda's docstring);
-                # device 0: what torch's current device is until its CUDA has started
-                stack.callback(_cuda.start_context(0))
+            # the CUDA start beside the imports below, not after them (warmkit._plugin.cuda)
+            stack.enter_context(early_context(tgt is None and not api.interpreting()))
             _setup.settle_torch()  # before the compile threads: they must not race its import
             stack.enter_context(_hooks.probe())
             if tgt is not None:
