@@ -58,8 +58,18 @@ step() {  # step NAME TIMEOUT_S COMMAND...
 }
 
 if [ "${1:-}" = libs ]; then  # the warm path's measures alone, no tests
+    # .whl-dsl/1/prev/ (optional): wheels of another build of warmkit and warmkit-tilelang (say,
+    # main's, for an A/B of a change): installed alone, ahead of the rest on PYTHONPATH (the
+    # first distribution of a name on the path is the one imported and whose entry points
+    # load), one more timed row.
+    compare=()
+    if compgen -G ".whl-dsl/1/prev/*.whl" > /dev/null; then
+        rm -rf /tmp/site-prev && python3 -m pip install -q --no-index --no-deps --no-cache-dir \
+            --target /tmp/site-prev .whl-dsl/1/prev/*.whl || exit 1
+        compare=(--compare "/tmp/site-prev:$PYTHONPATH")
+    fi
     TAIL=20 step real_libraries_tilelang "${LIBS_LIMIT:-400}" python3 benchmarks/real_libraries.py \
-        --libs tilelang --runs "${RUNS:-5}" --out "$RES/real_libraries"
+        --libs tilelang --runs "${RUNS:-5}" --out "$RES/real_libraries" "${compare[@]}"
     TAIL=8 step tilelang_startup 170 python3 benchmarks/dsl_startup.py --out "$RES/dsl_startup.json"
     echo "results: $OUT/dsl-results.tar.gz"
     exit 0

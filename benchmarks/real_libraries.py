@@ -38,9 +38,10 @@ other round in reverse order; each run's ``position`` in its round is in the JSO
   ``warmkit run -m`` (the row's time is install + the process).
 
 With ``--compare SITE`` (another build of warmkit installed with every dependency by
-``pip install --target SITE``), one more timed row takes turns with the others: the
-default warm restart with ``SITE`` as ``PYTHONPATH``, on the same warm cache (the A/B
-of a change, in one run).
+``pip install --target SITE``; or ``SITE:REST``, PYTHONPATH's syntax, where ``SITE`` has the
+other build of warmkit and its plugins alone and ``REST`` the libraries it runs with), one
+more timed row takes turns with the others: the default warm restart with that
+``PYTHONPATH``, on the same warm cache (the A/B of a change, in one run).
 
 Each process prints its times from launch (the environment's
 ``REAL_LIBRARIES_LAUNCH``, set just before the command starts, so warmkit's
@@ -296,7 +297,7 @@ class Session:
         self.timeout = TIMEOUT_S
         self.recordings: Path | None = None
         self.py_spy: str | None = None
-        self.compare: Path | None = None
+        self.compare: str | None = None  # PYTHONPATH of the --compare row
         self.failures: list[str] = []
         self._n = 0
 
@@ -399,7 +400,7 @@ def measure(s: Session, lib: str, runs: int) -> dict:
         (ROWS[3], replay, None, "bundle", None),  # its own empty cache per run: bundled()
     ]
     if s.compare is not None:  # the other installation, on the same warm cache
-        turn.insert(2, (COMPARE, replay, wk_cache, "compare", {"PYTHONPATH": str(s.compare)}))
+        turn.insert(2, (COMPARE, replay, wk_cache, "compare", {"PYTHONPATH": s.compare}))
     for i in range(runs):
         # Every other round in reverse: what a process leaves the next one (the page cache, the
         # driver's state, a busy minute starting) lands on each row as often first as last.
@@ -522,10 +523,12 @@ def main() -> None:
     )  # fmt: skip
     p.add_argument("--timeout", type=float, default=TIMEOUT_S, help="seconds per process")
     p.add_argument(
-        "--compare", type=Path, metavar="SITE",
+        "--compare", metavar="SITE[:SITE...]",
         help="a folder with another build of warmkit, its plugins and every dependency installed "
-        "(pip install --target SITE): one more timed row, the default warm restart with SITE as "
-        "PYTHONPATH, taking turns with this installation's on the same warm cache (A/B)",
+        "(pip install --target SITE), or such folders as PYTHONPATH lists them (the first with "
+        "the other build, the rest what it needs beside): one more timed row, the default warm "
+        "restart with them as PYTHONPATH, taking turns with this installation's on the same "
+        "warm cache (A/B)",
     )  # fmt: skip
     p.add_argument(
         "--profile", metavar="PY_SPY",
@@ -547,7 +550,11 @@ def main() -> None:
     s.timeout = a.timeout
     s.recordings = a.recordings.resolve() if a.recordings else None
     s.py_spy = a.profile
-    s.compare = a.compare.resolve() if a.compare else None
+    s.compare = (
+        os.pathsep.join(str(Path(d).resolve()) for d in a.compare.split(os.pathsep))
+        if a.compare
+        else None
+    )
     results = {}
     for lib in libs:
         results[lib] = measure(s, lib, a.runs)

@@ -195,7 +195,8 @@ def test_real_libraries_runs_every_other_round_in_reverse(tmp_path: Path) -> Non
     class Standin(rl.Session):
         def __init__(self, out: Path) -> None:
             super().__init__(out)
-            self.compare, self.seen = tmp_path / "site", []
+            # the other build alone, then what it runs with: PYTHONPATH as given
+            self.compare, self.seen = f"{tmp_path / 'site'}{os.pathsep}{tmp_path / 'rest'}", []
 
         def run(self, lib, prefix, cache, label, env=None):
             self.seen.append(label)
@@ -222,6 +223,8 @@ def test_real_libraries_runs_every_other_round_in_reverse(tmp_path: Path) -> Non
     }  # fmt: skip
     jobs1 = res["rows"]["warmkit run, warm restart, WARMKIT_JOBS=1"]
     assert [r["env"] for r in jobs1] == [{"WARMKIT_JOBS": "1"}] * 2
+    compared = res["rows"][rl.COMPARE]
+    assert [r["env"] for r in compared] == [{"PYTHONPATH": s.compare}] * 2
     assert all(r["first_s"] > 1.0 for r in res["rows"][rl.ROWS[3]])  # the install counted in
 
 
