@@ -29,7 +29,7 @@ import attrs
 
 from .._exceptions import BackendNotImplementedError
 from .components import capability, component
-from .cuda import cuda_capability, early_context, no_gpu_device
+from .cuda import cuda_capability, early_context, local_capability, no_gpu_device
 
 __all__ = [
     "Backend",
@@ -57,6 +57,7 @@ __all__ = [
     "current_target",
     "early_context",
     "entry_check",
+    "local_capability",
     "missing_members",
     "no_gpu_device",
     "target_scope",

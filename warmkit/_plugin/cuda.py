@@ -4,6 +4,8 @@
 * :func:`cuda_capability`: device 0's compute capability without importing torch
   (naming the target of a bundle install or a record took 1.5-1.8 s of torch's
   import on an H100, for two numbers libcuda gives in milliseconds);
+* :func:`local_capability`: the local device's, as a DSL plugin names its target:
+  libcuda's before torch is imported, torch's current device's after;
 * :func:`early_context`: a device warmup's CUDA start, in a background thread,
   while the process imports what it imports anyway.
 
@@ -37,7 +39,13 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
-__all__ = ["cuda_capability", "early_context", "no_gpu_device", "start_context"]
+__all__ = [
+    "cuda_capability",
+    "early_context",
+    "local_capability",
+    "no_gpu_device",
+    "start_context",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -99,6 +107,30 @@ def cuda_capability() -> tuple[int, int] | None:
     except (OSError, AttributeError):
         return None
     return major.value, minor.value
+
+
+def local_capability() -> tuple[int, int] | None:
+    """The compute capability of the device this process's kernels run on; None without one.
+
+    Before torch is imported it is libcuda's device 0 (:func:`cuda_capability`),
+    which is torch's current device until torch is imported and told otherwise:
+    asking torch would import it, 1.5 s of a CPU host's command and of a GPU
+    host's ``bundle install``. After, it is torch's current device. This never
+    imports torch: ``import`` here only waits for an import another thread has
+    begun, as torch's users' calls would.
+    """
+    if "torch" not in sys.modules:
+        return cuda_capability()
+    try:
+        import torch
+
+        if not torch.cuda.is_available():
+            return None
+        major, minor = torch.cuda.get_device_capability(torch.cuda.current_device())
+    except Exception as exc:  # noqa: BLE001 -- no driver, a broken install: no device
+        logger.debug("no CUDA device through torch: %s", exc)
+        return None
+    return major, minor
 
 
 def start_context(device: int) -> Callable[[], bool]:

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from warmkit import BackendStatus, Target
-from warmkit._plugin.contract import cuda_capability, early_context
+from warmkit._plugin.contract import early_context, local_capability
 
 from . import _cute_api as api
 from . import _hooks
@@ -67,21 +67,8 @@ def _arch(target: str | Target) -> str:
 
 
 def _device_target() -> str | None:
-    if "torch" not in sys.modules:
-        # Known without importing torch (1.5-1.8 s of a `bundle install`), from libcuda on a
-        # GPU host: device 0 is torch's current device until torch is imported and told otherwise.
-        cc = cuda_capability()
-        return None if cc is None else f"cuda:{cc[0]}{cc[1]}"
-    try:
-        import torch
-
-        if not torch.cuda.is_available():
-            return None
-        major, minor = torch.cuda.get_device_capability()
-        return f"cuda:{major}{minor}"
-    except Exception as exc:  # noqa: BLE001 -- no torch or driver: no device
-        logger.debug("no CUDA device for CuTe DSL: %s", exc)
-        return None
+    cc = local_capability()  # libcuda's before torch is imported (no import: 1.5-1.8 s)
+    return None if cc is None else f"cuda:{cc[0]}{cc[1]}"
 
 
 def _source_identity(fn: Any) -> str:

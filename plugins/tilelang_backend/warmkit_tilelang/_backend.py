@@ -22,13 +22,12 @@ import contextlib
 import importlib.util
 import logging
 import os
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from warmkit import BackendStatus, Target
-from warmkit._plugin.contract import cuda_capability, early_context
+from warmkit._plugin.contract import early_context, local_capability
 
 from . import _hooks
 from . import _tilelang_api as api
@@ -65,23 +64,6 @@ def _cuda_target(capability: tuple[int, int]) -> Target:
     return Target("cuda", f"{capability[0]}{capability[1]}")
 
 
-def _device_capability() -> tuple[int, int] | None:
-    if "torch" not in sys.modules:
-        # Known without importing torch: 1.5 s of a CPU host's command, and of a GPU host's
-        # `bundle install` (the driver answers in milliseconds; device 0 is torch's current
-        # device until torch is imported and told otherwise).
-        return cuda_capability()
-    try:
-        import torch
-
-        if not torch.cuda.is_available():
-            return None
-        return tuple(torch.cuda.get_device_capability(torch.cuda.current_device()))  # type: ignore[return-value]
-    except Exception as exc:  # noqa: BLE001 -- no torch, no driver: no device
-        logger.debug("no CUDA device for TileLang: %s", exc)
-        return None
-
-
 class TileLangBackend:
     """The TileLang backend (entry point ``tilelang`` in ``warmkit.backends``).
 
@@ -108,7 +90,7 @@ class TileLangBackend:
 
     def default_target(self) -> str | None:
         """The local GPU's target (``"cuda:90"`` on an H100/H200), or None without one."""
-        cap = _device_capability()
+        cap = local_capability()
         return None if cap is None else str(_cuda_target(cap))
 
     def canonical_target(self, target: str) -> str:
@@ -153,7 +135,7 @@ class TileLangBackend:
             )
         fn = jit_function()
         if target is None:
-            cap = _device_capability()
+            cap = local_capability()
             if cap is None:
                 raise RuntimeError(
                     f"kernel {name!r}: no CUDA GPU is visible, so TileLang cannot compile for this "
