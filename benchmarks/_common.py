@@ -152,6 +152,23 @@ def tilelang_program() -> Any:
     return prog
 
 
+#: ``TiledGemm``'s keys (m, n, k) in the DSL benchmarks: fp16; its dispatch picks block_m 64
+#: for m <= 64, else 128.
+TILED_GEMM_SHAPES = [(64, 4096, 4096), (128, 4096, 4096), (256, 4096, 4096), (512, 4096, 4096)]
+
+
+def tiled_gemm_registry(shapes: Sequence[tuple[int, int, int]]) -> Any:
+    """The registration an engine makes for ``TiledGemm`` at ``shapes`` (imports warmkit)."""
+    from warmkit_tilelang import TiledGemm
+
+    import warmkit
+
+    reg = warmkit.WarmupRegistry()
+    for m, n, k in shapes:
+        reg.add(TiledGemm, m=m, n=n, k=k)
+    return reg
+
+
 def tiled_gemm_args(m: int, n: int, k: int) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """``TiledGemm.dispatch`` and ``compile_args`` for fp16, spelled out: the same key, no warmkit."""
     return (m, n, k, 64 if m <= 64 else 128, 128, 32, 3, 128), {"dtype": "float16"}

@@ -36,19 +36,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-SHAPES = [(64, 4096, 4096), (128, 4096, 4096), (256, 4096, 4096), (512, 4096, 4096)]
 TINY = [(64, 128, 64)]
-
-
-def _registry(shapes):
-    from warmkit_tilelang import TiledGemm
-
-    import warmkit
-
-    reg = warmkit.WarmupRegistry()
-    for m, n, k in shapes:
-        reg.add(TiledGemm, m=m, n=n, k=k)
-    return reg
 
 
 def _first_and_steady(steady: int, shapes) -> list[dict]:
@@ -79,13 +67,15 @@ def _first_and_steady(steady: int, shapes) -> list[dict]:
 
 
 def phase(name: str, steady: int, tiny: bool) -> dict:
+    from _common import TILED_GEMM_SHAPES, tiled_gemm_registry
+
     t_import = time.perf_counter()
     from warmkit_tilelang import TiledGemm, TileLangBackend
 
     import warmkit
 
     gpu = TileLangBackend().default_target() is not None and not tiny
-    shapes = TINY if tiny else SHAPES
+    shapes = TINY if tiny else TILED_GEMM_SHAPES
     target = None if gpu else "cuda:90"
     warmkit.prepare(warmkit.WarmupConfig(target=target, jobs=1))  # an engine's first call
     import torch
@@ -106,7 +96,7 @@ def phase(name: str, steady: int, tiny: bool) -> dict:
         config = warmkit.WarmupConfig(
             progress="off", monitor="error", target=target, jobs=1 if name == "cold1" else None
         )
-        report = warmkit.warmup(config, _registry(shapes))
+        report = warmkit.warmup(config, tiled_gemm_registry(shapes))
         out["warmup_s"] = time.perf_counter() - t0
         out["keys"] = [
             {"key": repr(e.key), "status": e.status, "seconds": e.seconds} for e in report.entries

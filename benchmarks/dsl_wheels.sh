@@ -35,12 +35,10 @@ mv "$DEST"/dl/*.whl "$DEST/1/"
 rmdir "$DEST/dl"
 # The CPU-built bundle for the "install into an empty cache, 0 compiles" step.
 .venv/bin/python - "$DEST/1" <<'PY'
-import sys, warmkit
-from warmkit_tilelang import TiledGemm
-reg = warmkit.WarmupRegistry()
-for m in (64, 128, 256, 512):
-    reg.add(TiledGemm, m=m, n=4096, k=4096)
-reg.save(f"{sys.argv[1]}/tilelang-gemm.json")
+import sys
+sys.path.insert(0, "benchmarks")
+from _common import TILED_GEMM_SHAPES, tiled_gemm_registry
+tiled_gemm_registry(TILED_GEMM_SHAPES).save(f"{sys.argv[1]}/tilelang-gemm.json")
 PY
 TILELANG_CACHE_DIR=$(mktemp -d) .venv/bin/python -m warmkit bundle build "$DEST/1/tilelang-gemm.json" \
     --target cuda:90 -o "$DEST/1/tilelang-gemm-sm90a.wkb"

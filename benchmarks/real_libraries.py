@@ -160,12 +160,8 @@ def _liger(torch):
     return once
 
 
-#: ``TiledGemm``'s keys: (m, n, k); its dispatch picks block_m 64 for m <= 64, else 128.
-TILELANG_SHAPES = [(64, 4096, 4096), (128, 4096, 4096), (256, 4096, 4096), (512, 4096, 4096)]
-
-
 def _tilelang(torch):
-    from _common import tiled_gemm_args, tilelang_program
+    from _common import TILED_GEMM_SHAPES, tiled_gemm_args, tilelang_program
 
     # Under `warmkit run` the warmup imported the program and filled its function's cache: the
     # calls must reach that very function. Alone, the same file is loaded without importing
@@ -175,7 +171,7 @@ def _tilelang(torch):
 
     def once():
         outs = []
-        for m, n, k in TILELANG_SHAPES:
+        for m, n, k in TILED_GEMM_SHAPES:
             a = torch.randn(m, k, device="cuda", dtype=torch.float16)
             b = torch.randn(k, n, device="cuda", dtype=torch.float16)
             args, kwargs = tiled_gemm_args(m, n, k)  # the key warmkit's warmup filled
@@ -187,18 +183,6 @@ def _tilelang(torch):
 
 
 WORKLOADS = {"fla": _fla, "liger": _liger, "tilelang": _tilelang}
-
-
-def _tilelang_manifest(path: Path) -> None:
-    """The registration an engine makes for the tilelang workload's kernels, saved as a manifest."""
-    from warmkit_tilelang import TiledGemm
-
-    import warmkit
-
-    reg = warmkit.WarmupRegistry()
-    for m, n, k in TILELANG_SHAPES:
-        reg.add(TiledGemm, m=m, n=n, k=k)
-    reg.save(path)
 
 
 def _counters(lib: str):
@@ -366,7 +350,9 @@ def measure(s: Session, lib: str, runs: int) -> dict:
     once = {"triton alone, empty cache": s.run(lib, [], base_cache, f"{lib}-cold")}
     recording = f"{lib}_run.json"
     if lib == "tilelang":  # no raw recording for TileLang: the engine's registration
-        _tilelang_manifest(s.out / recording)
+        from _common import TILED_GEMM_SHAPES, tiled_gemm_registry
+
+        tiled_gemm_registry(TILED_GEMM_SHAPES).save(s.out / recording)
     elif s.recordings is None or not (s.recordings / recording).is_file():
         once["warmkit record, empty cache"] = s.run(
             lib, [*s.warmkit, "record", "-o", recording, "--"], s.cache(), f"{lib}-record"

@@ -44,7 +44,6 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 MARK = "TILELANG-HIT-CHILD "
 GOAL_MS = 20.0
-SHAPES = [(64, 4096, 4096), (128, 4096, 4096), (256, 4096, 4096), (512, 4096, 4096)]
 TINY = [(64, 128, 64), (128, 128, 64)]
 ROWS = {"tilelang": None, "warmkit": 0, "warmkit jobs=1": 1}  # warmkit rows: jobs (0 = default)
 
@@ -101,16 +100,14 @@ def _warmkit_child(shapes: list[tuple[int, int, int]], target: str, jobs: int) -
     t0 = time.perf_counter()
     import tilelang  # noqa: F401 -- imported by the engine before warmup, like TileLang's row
     import warmkit_tilelang._gemm_program  # noqa: F401
-    from warmkit_tilelang import TiledGemm
+    from warmkit_tilelang import TiledGemm  # noqa: F401 -- the engine's imports, timed
 
-    import warmkit
+    import warmkit  # noqa: F401
 
     import_s = time.perf_counter() - t0
-    reg = warmkit.WarmupRegistry()
-    for m, n, k in shapes:
-        reg.add(TiledGemm, m=m, n=n, k=k)
-    from _common import timed_warmup
+    from _common import tiled_gemm_registry, timed_warmup
 
+    reg = tiled_gemm_registry(shapes)
     return {
         "import_s": import_s,
         **timed_warmup(reg, target, jobs, os.environ.get("TILELANG_HIT_PROFILE")),
@@ -119,12 +116,12 @@ def _warmkit_child(shapes: list[tuple[int, int, int]], target: str, jobs: int) -
 
 def main() -> int:
     sys.path.insert(0, str(HERE))
-    from _common import hit_args, hit_child, snapshot, take_turns
+    from _common import TILED_GEMM_SHAPES, hit_args, hit_child, snapshot, take_turns
 
     a = hit_args(
         "TileLang's own warm-cache hit vs warmkit's cached key (fresh processes)", list(ROWS)
     )
-    shapes = TINY if a.tiny else SHAPES
+    shapes = TINY if a.tiny else TILED_GEMM_SHAPES
     if a.child:
         jobs = ROWS[a.child]
         out = (_tilelang_child(shapes, a.target) if jobs is None

@@ -228,15 +228,16 @@ def test_real_libraries_runs_every_other_round_in_reverse(tmp_path: Path) -> Non
     assert all(r["first_s"] > 1.0 for r in res["rows"][rl.ROWS[3]])  # the install counted in
 
 
-def test_real_libraries_tilelang_replays_the_engines_registration(tmp_path: Path) -> None:
+def test_real_libraries_tilelang_replays_the_engines_registration(
+    tmp_path: Path, monkeypatch
+) -> None:
     # TileLang has no raw-kernel recording: its manifest is TiledGemm's registration of the
     # workload's shapes, written by the driver, and the table names TileLang, not Triton.
     pytest.importorskip("warmkit_tilelang")
-    sys.path.insert(0, str(BENCH))
-    try:
-        import real_libraries as rl
-    finally:
-        sys.path.remove(str(BENCH))
+    monkeypatch.syspath_prepend(str(BENCH))  # as when run: its folder's _common is importable
+    import _common
+    import real_libraries as rl
+
     import warmkit
 
     class Standin(rl.Session):
@@ -257,6 +258,6 @@ def test_real_libraries_tilelang_replays_the_engines_registration(tmp_path: Path
     assert replay[-4:] == ["run", "-m", "tilelang_run.json", "--"]
     reg = warmkit.WarmupRegistry.load(tmp_path / "tilelang_run.json")
     (keys,) = reg.plan().values()  # one kernel: TiledGemm
-    assert sorted((k.m, k.n, k.k) for k in keys) == sorted(rl.TILELANG_SHAPES)
+    assert sorted((k.m, k.n, k.k) for k in keys) == sorted(_common.TILED_GEMM_SHAPES)
     text = rl.table({"tilelang": res})
     assert "TileLang alone, warm cache" in text and "Triton" not in text
